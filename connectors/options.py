@@ -1,0 +1,139 @@
+"""Option parsing and validation shared by every format.
+
+Spark hands a data source its options with lower-cased keys, so every lookup here is by the
+lower-cased name while every message names the option as the user spelled it in the docs.
+Errors are raised when the DataSource is constructed, i.e. at `.load()` / query start, and
+never echo the value of a secret.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+#: Substrings of librdkafka property names whose values must never be logged or shown.
+SECRET_MARKERS = (
+    "password",
+    "secret",
+    "jaas",
+    "sasl.oauthbearer.config",
+    "ssl.key.pem",
+    "ssl.keystore",
+    "ssl_key",
+    "token",
+)
+
+
+class OptionError(ValueError):
+    """An invalid or missing option; the message names the option and what it accepts."""
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(f"Option '{option}': {message}")
+
+
+def is_secret(key: str) -> bool:
+    k = key.lower()
+    return any(marker in k for marker in SECRET_MARKERS)
+
+
+def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `conf` that is safe to log: secret values replaced by '***'."""
+    return {k: ("***" if is_secret(k) else v) for k, v in conf.items()}
+
+
+class Options:
+    """Case-insensitive, typed access to a data source's string options."""
+
+    def __init__(self, raw: Mapping[str, str]) -> None:
+        self._raw = {str(k).lower(): v for k, v in dict(raw).items()}
+
+    def __contains__(self, name: str) -> bool:
+        return name.lower() in self._raw
+
+    def raw(self) -> dict[str, str]:
+        return dict(self._raw)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        value = self._raw.get(name.lower())
+        if value is None:
+            return default
+        value = str(value)
+        return value
+
+    def require(self, name: str, hint: str = "") -> str:
+        value = self.get(name)
+        if value is None or not value.strip():
+            raise OptionError(name, f"is required{': ' + hint if hint else ''}")
+        return value.strip()
+
+    def get_bool(self, name: str, default: bool) -> bool:
+        value = self.get(name)
+        if value is None:
+            return default
+        v = value.strip().lower()
+        if v in ("true", "1", "yes"):
+            return True
+        if v in ("false", "0", "no"):
+            return False
+        raise OptionError(name, f"expected 'true' or 'false', got {value!r}")
+
+    def get_int(
+        self, name: str, default: int | None = None, *, minimum: int | None = None
+    ) -> int | None:
+        value = self.get(name)
+        if value is None:
+            return default
+        try:
+            parsed = int(value.strip())
+        except ValueError:
+            raise OptionError(name, f"expected a whole number, got {value!r}") from None
+        if minimum is not None and parsed < minimum:
+            raise OptionError(name, f"must be at least {minimum}, got {parsed}")
+        return parsed
+
+    def get_choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.get(name)
+        if value is None:
+            return default
+        v = value.strip().lower()
+        if v not in choices:
+            raise OptionError(name, f"expected one of {', '.join(choices)}; got {value!r}")
+        return v
+
+    def get_duration_ms(self, name: str, default_ms: int) -> int:
+        value = self.get(name)
+        if value is None:
+            return default_ms
+        return parse_duration_ms(name, value)
+
+    def get_json(self, name: str) -> Any:
+        value = self.get(name)
+        if value is None:
+            return None
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise OptionError(name, f"is not valid JSON ({e.msg} at position {e.pos})") from None
+
+    def with_prefix(self, prefix: str) -> dict[str, str]:
+        """Options under `prefix` with the prefix removed (e.g. `kafka.` -> librdkafka)."""
+        p = prefix.lower()
+        return {k[len(p) :]: v for k, v in self._raw.items() if k.startswith(p)}
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(name: str, value: str) -> int:
+    """'500ms', '30s', '15m', '1h' or a bare number of milliseconds."""
+    m = _DURATION.match(value)
+    if not m:
+        raise OptionError(
+            name, f"expected a duration such as '500ms', '30s', '15m' or '1h'; got {value!r}"
+        )
+    unit = (m.group(2) or "ms").lower()
+    return int(m.group(1)) * _UNIT_MS[unit]

@@ -1,0 +1,78 @@
+"""Producing known datasets and reading them back with a raw client, for the tests' oracles."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass(frozen=True, order=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
+def unique_topic(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=30)
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=30)
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    per_partition: int,
+    *,
+    start_index: int = 0,
+    headers: bool = False,
+) -> list[Record]:
+    """Produce `per_partition` keyed records to each partition; return what the log now holds.
+
+    Each partition's last record goes out in a batch of its own (flush before it): the local
+    broker's ListOffsets reports the last batch's base offset + 1 (DESIGN.md section 6).
+    Offsets are taken from the delivery reports, so the expectation is the broker's own word.
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    delivered: list[Record] = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            raise RuntimeError(f"delivery failed: {err}")
+        delivered.append(
+            Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
+        )
+
+    for last in (False, True):
+        for p in range(partitions):
+            indices = [per_partition - 1] if last else range(per_partition - 1)
+            for i in indices:
+                n = start_index + i
+                producer.produce(
+                    topic,
+                    key=f"k{p}-{n}".encode(),
+                    value=f"v{p}-{n}".encode(),
+                    partition=p,
+                    headers=[("idx", str(n).encode()), ("p", str(p).encode())] if headers else None,
+                    on_delivery=on_delivery,
+                )
+                producer.poll(0)
+        remaining = producer.flush(30)
+        assert remaining == 0, f"{remaining} records not delivered"
+    return sorted(delivered)

@@ -1,0 +1,1 @@
+"""The replayable Kafka source (`kafka-eos`): offset planning, admission control, Arrow reads."""

@@ -1,0 +1,263 @@
+"""`kafka-eos`: the replayable Kafka source (streaming and batch).
+
+Its offsets are the query's state: Spark writes each batch's end offsets to the checkpoint's
+offset log before the batch runs, and a restarted query replays a logged batch from exactly
+those offsets. Nothing is committed to Kafka consumer groups.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from connectors.options import OptionError
+from sources import offsets as off
+from sources.kafka_options import KafkaSourceOptions, parse_source_options
+from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, read_range
+from sources.resolver import OffsetResolver
+
+log = logging.getLogger(__name__)
+
+FORMAT_NAME = "kafka-eos"
+
+
+@dataclass(frozen=True)
+class KafkaInputPartition(InputPartition):
+    """One Spark task: records [from_offset, until_offset) of one topic-partition."""
+
+    range: off.OffsetRange
+
+    def __init__(self, rng: off.OffsetRange) -> None:  # InputPartition wants `value`
+        object.__setattr__(self, "range", rng)
+        object.__setattr__(self, "value", rng)
+
+
+class KafkaEosDataSource(DataSource):
+    """Options are validated here, so a bad one fails at `.load()`, before any batch runs."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._raw = dict(options)
+        # Streaming or batch is not known yet: the checks common to both run now, the rest
+        # when Spark asks for a reader.
+        parse_source_options(self._raw, batch=None)
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        include = str(self._raw.get("includeheaders", "false")).strip().lower() == "true"
+        return SPARK_SCHEMA_DDL + (HEADERS_DDL if include else "")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(parse_source_options(self._raw, batch=True))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(parse_source_options(self._raw, batch=False))
+
+
+def _read(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    assert isinstance(partition, KafkaInputPartition)
+    return read_range(
+        partition.range,
+        options.kafka_conf,
+        include_headers=options.include_headers,
+        batch_rows=options.arrow_batch_rows,
+        poll_timeout_ms=options.poll_timeout_ms,
+        fail_on_data_loss=options.fail_on_data_loss,
+    )
+
+
+def _plan(options: KafkaSourceOptions, start: off.PartitionOffsets,
+          end: off.PartitionOffsets) -> list[KafkaInputPartition]:
+    ranges = off.plan_ranges(
+        start,
+        end,
+        min_partitions=options.min_partitions,
+        max_records_per_partition=options.max_records_per_partition,
+    )
+    return [KafkaInputPartition(r) for r in ranges]
+
+
+class _UsesBroker:
+    """Lazily opened metadata client: readers are pickled to tasks, a client cannot be."""
+
+    options: KafkaSourceOptions
+    _resolver: OffsetResolver | None = None
+
+    @property
+    def resolver(self) -> OffsetResolver:
+        if self._resolver is None:
+            self._resolver = OffsetResolver(self.options)
+        return self._resolver
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_resolver"] = None
+        return state
+
+    def _close(self) -> None:
+        if self._resolver is not None:
+            self._resolver.close()
+            self._resolver = None
+
+
+class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._resolver = None
+        self._validated = False
+        self._last_batch_at = time.monotonic()
+        self._target: off.PartitionOffsets | None = None  # Trigger.AvailableNow's end
+        self._latest: off.PartitionOffsets | None = None
+
+    def _current_partitions(self) -> list[off.TopicPartition]:
+        tps = self.resolver.partitions(strict=not self._validated)
+        self._validated = True
+        return tps
+
+    def initialOffset(self) -> dict:
+        tps = self._current_partitions()
+        start = self.resolver.resolve(self.options.starting, tps, "startingOffsets")
+        log.info("kafka-eos: query starts at %s", off.to_json(start))
+        return off.to_json(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = self._current_partitions()
+        self._target = self.resolver.latest(tps)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = off.from_json(start)
+        tps = self._current_partitions()
+        latest = self._target if self._target is not None else self.resolver.latest(tps)
+        begin = self._reconcile(begin, latest)
+        self._latest = latest
+        if isinstance(limit, ReadAllAvailable):
+            end = {tp: max(latest[tp], begin[tp]) for tp in latest}
+        else:
+            end = self._limited_end(begin, latest)
+        return off.to_json(end)
+
+    def _reconcile(self, begin: off.PartitionOffsets, latest: off.PartitionOffsets) -> off.PartitionOffsets:
+        """Bring `begin` in line with the partitions that exist now.
+
+        New partitions (topic grew, or a new topic matched the pattern) start at their earliest
+        offset; a partition that vanished, or whose offsets went backwards (topic recreated),
+        is data loss.
+        """
+        gone = sorted(set(begin) - set(latest))
+        if gone:
+            self.resolver.report_data_loss(
+                "partition(s) " + ", ".join(f"{t}-{p}" for t, p in gone)
+                + " no longer exist (topic deleted?)"
+            )
+        new = [tp for tp in latest if tp not in begin]
+        result = {tp: o for tp, o in begin.items() if tp in latest}
+        if new:
+            log.info("kafka-eos: new partitions %s are read from their earliest offset", new)
+            result.update(self.resolver.earliest(new))
+        for tp, o in list(result.items()):
+            if latest[tp] < o:
+                self.resolver.report_data_loss(
+                    f"the latest offset of {tp[0]}-{tp[1]} went back from {o} to {latest[tp]} "
+                    "(topic recreated?)"
+                )
+                result[tp] = self.resolver.earliest([tp])[tp]
+        return result
+
+    def _limited_end(self, begin: off.PartitionOffsets, latest: off.PartitionOffsets) -> off.PartitionOffsets:
+        opts = self.options
+        available = off.total_rows(begin, latest)
+        if opts.min_offsets_per_trigger and available < opts.min_offsets_per_trigger:
+            waited_ms = (time.monotonic() - self._last_batch_at) * 1000
+            if waited_ms < opts.max_trigger_delay_ms:
+                return begin  # not enough yet: no new batch
+        self._last_batch_at = time.monotonic()
+        if opts.max_offsets_per_trigger:
+            return off.allocate_limit(begin, latest, opts.max_offsets_per_trigger)
+        return dict(latest)
+
+    def reportLatestOffset(self) -> dict | None:
+        return off.to_json(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin = off.from_json(start)
+        stop = off.from_json(end)
+        new = [tp for tp in stop if tp not in begin]
+        if new:
+            begin.update(self.resolver.earliest(new))
+        self._check_retention(begin, stop)
+        return _plan(self.options, begin, stop)  # type: ignore[return-value]
+
+    def _check_retention(self, begin: off.PartitionOffsets, stop: off.PartitionOffsets) -> None:
+        """Records between `begin` and the partition's earliest offset were deleted."""
+        needed = [tp for tp in stop if stop[tp] > begin.get(tp, stop[tp])]
+        if not needed:
+            return
+        for tp, low in self.resolver.earliest(needed).items():
+            if low > begin[tp]:
+                self.resolver.report_data_loss(
+                    f"offsets {begin[tp]}..{min(low, stop[tp]) - 1} of {tp[0]}-{tp[1]} were "
+                    f"removed (earliest available is {low})"
+                )
+                begin[tp] = min(low, stop[tp])
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the offsets are Spark's state, not a consumer group's."""
+
+    def stop(self) -> None:
+        self._close()
+
+
+class KafkaBatchReader(_UsesBroker, DataSourceReader):
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._resolver = None
+
+    def partitions(self) -> list[InputPartition]:
+        try:
+            tps = self.resolver.partitions(strict=True)
+            start = self.resolver.resolve(self.options.starting, tps, "startingOffsets")
+            end = self.resolver.resolve(self.options.ending, tps, "endingOffsets")
+        finally:
+            self._close()
+        for tp in tps:
+            if end[tp] < start[tp]:
+                raise OptionError(
+                    "endingOffsets",
+                    f"ends at {end[tp]} for {tp[0]}-{tp[1]}, before its start {start[tp]}",
+                )
+        return _plan(self.options, start, end)  # type: ignore[return-value]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)

@@ -1,0 +1,157 @@
+"""Offset arithmetic for the replayable Kafka source: pure functions, no broker.
+
+Offsets travel through Spark's offset log as JSON with the shape Spark's own Kafka source uses,
+`{"topic": {"0": 42}}`; inside the source they are a mapping from (topic, partition) to the
+next offset to read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.options import OptionError
+
+TopicPartition = tuple[str, int]
+PartitionOffsets = dict[TopicPartition, int]
+
+#: Sentinels inside a startingOffsets / endingOffsets JSON, as in Spark's Kafka source.
+EARLIEST = -2
+LATEST = -1
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Records [from_offset, until_offset) of one topic-partition: one Spark task's input."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.until_offset - self.from_offset)
+
+
+def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def from_json(doc: Mapping[str, Any]) -> PartitionOffsets:
+    """Inverse of `to_json`; used on offsets Spark hands back from its offset log."""
+    return {
+        (topic, int(p)): int(off)
+        for topic, parts in doc.items()
+        for p, off in parts.items()
+    }
+
+
+def parse_offsets_option(
+    name: str, doc: Any, *, allow_earliest: bool = True, allow_latest: bool = True
+) -> PartitionOffsets:
+    """Validate a user's per-partition offsets JSON such as `{"t":{"0":23,"1":-2}}`."""
+    if not isinstance(doc, dict) or not doc:
+        raise OptionError(
+            name, 'expected a JSON object of topics to {partition: offset}, e.g. {"t":{"0":23}}'
+        )
+    allowed = {v for v, ok in ((EARLIEST, allow_earliest), (LATEST, allow_latest)) if ok}
+    result: PartitionOffsets = {}
+    for topic, parts in doc.items():
+        if not isinstance(parts, dict) or not parts:
+            raise OptionError(
+                name, f'topic {topic!r} must map to an object of partition -> offset, e.g. {{"0":23}}'
+            )
+        for p, off in parts.items():
+            try:
+                partition = int(p)
+            except (TypeError, ValueError):
+                raise OptionError(
+                    name, f"partition {p!r} of topic {topic!r} is not a whole number"
+                ) from None
+            if isinstance(off, bool) or not isinstance(off, int):
+                raise OptionError(
+                    name, f"offset for {topic}-{partition} must be a whole number, got {off!r}"
+                )
+            if off < 0 and off not in allowed:
+                accepted = " or ".join(str(a) for a in sorted(allowed)) or "no negative value"
+                raise OptionError(
+                    name,
+                    f"offset {off} for {topic}-{partition} is not valid here "
+                    f"(accepted sentinels: {accepted}; -2 = earliest, -1 = latest)",
+                )
+            result[(topic, partition)] = off
+    return result
+
+
+def allocate_limit(
+    start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int], max_rows: int
+) -> PartitionOffsets:
+    """End offsets reading at most `max_rows` in total, shared in proportion to each lag.
+
+    Largest-remainder rounding keeps the total exactly min(max_rows, available) and is
+    deterministic (ties broken by topic-partition), so no small partition starves forever.
+    """
+    lags = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(lags.values())
+    if total <= max_rows:
+        return dict(latest)
+    shares = {tp: max_rows * lag / total for tp, lag in lags.items()}
+    grant = {tp: math.floor(s) for tp, s in shares.items()}
+    remaining = max_rows - sum(grant.values())
+    by_remainder = sorted(lags, key=lambda tp: (-(shares[tp] - grant[tp]), tp))
+    for tp in by_remainder[:remaining]:
+        grant[tp] += 1
+    return {tp: start.get(tp, latest[tp]) + grant[tp] for tp in latest}
+
+
+def total_rows(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]) -> int:
+    return sum(max(0, off - start.get(tp, off)) for tp, off in end.items())
+
+
+def split_range(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    """Split into `parts` contiguous, nearly equal pieces (the first ones one longer)."""
+    parts = max(1, min(parts, r.size))
+    base, extra = divmod(r.size, parts)
+    pieces, lo = [], r.from_offset
+    for i in range(parts):
+        hi = lo + base + (1 if i < extra else 0)
+        pieces.append(OffsetRange(r.topic, r.partition, lo, hi))
+        lo = hi
+    return pieces
+
+
+def plan_ranges(
+    start: Mapping[TopicPartition, int],
+    end: Mapping[TopicPartition, int],
+    *,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[OffsetRange]:
+    """Spark tasks for one batch: one range per topic-partition, split where it is large.
+
+    A hot partition is split so that no task reads more than `max_records_per_partition`,
+    and the batch has at least `min_partitions` tasks when it has that many records, with the
+    extra splits going to the largest ranges (as Spark's KafkaOffsetRangeCalculator does).
+    The plan depends only on its arguments, so a replayed batch gets the same tasks.
+    """
+    ranges = [
+        OffsetRange(tp[0], tp[1], start[tp], until)
+        for tp, until in sorted(end.items())
+        if tp in start and until > start[tp]
+    ]
+    total = sum(r.size for r in ranges)
+    planned: list[OffsetRange] = []
+    for r in ranges:
+        parts = 1
+        if max_records_per_partition:
+            parts = math.ceil(r.size / max_records_per_partition)
+        if min_partitions and len(ranges) < min_partitions and total > 0:
+            parts = max(parts, round(r.size / total * min_partitions))
+        planned.extend(split_range(r, parts))
+    return planned
