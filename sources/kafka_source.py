@@ -126,18 +126,14 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
         self._resolver = None
-        self._validated = False
         self._last_batch_at = time.monotonic()
         self._target: off.PartitionOffsets | None = None  # Trigger.AvailableNow's end
         self._latest: off.PartitionOffsets | None = None
 
-    def _current_partitions(self) -> list[off.TopicPartition]:
-        tps = self.resolver.partitions(strict=not self._validated)
-        self._validated = True
-        return tps
-
     def initialOffset(self) -> dict:
-        tps = self._current_partitions()
+        # Only a fresh query calls this: a topic or partition that does not exist is a bad
+        # option here, while on a restart it is data loss (handled in latestOffset).
+        tps = self.resolver.partitions(strict=True)
         start = self.resolver.resolve(self.options.starting, tps, "startingOffsets")
         log.info("kafka-eos: query starts at %s", off.to_json(start))
         return off.to_json(start)
@@ -150,12 +146,12 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        tps = self._current_partitions()
+        tps = self.resolver.partitions(strict=False)
         self._target = self.resolver.latest(tps)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = off.from_json(start)
-        tps = self._current_partitions()
+        tps = self.resolver.partitions(strict=False)
         latest = self._target if self._target is not None else self.resolver.latest(tps)
         begin = self._reconcile(begin, latest)
         self._latest = latest
@@ -178,18 +174,31 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
                 "partition(s) " + ", ".join(f"{t}-{p}" for t, p in gone)
                 + " no longer exist (topic deleted?)"
             )
-        new = [tp for tp in latest if tp not in begin]
         result = {tp: o for tp, o in begin.items() if tp in latest}
+        return self._fill_and_rewind(result, latest)
+
+    def _fill_and_rewind(
+        self, begin: off.PartitionOffsets, end: off.PartitionOffsets
+    ) -> off.PartitionOffsets:
+        """Start new partitions at their earliest offset; rewind those whose end went back.
+
+        A partition that appears (topic grew, or a new topic matched the pattern) is read from
+        its earliest offset. One whose offsets went backwards (topic deleted and recreated) is
+        data loss: fail, or with failOnDataLoss=false read it again from its earliest offset.
+        """
+        result = dict(begin)
+        new = [tp for tp in end if tp not in result]
         if new:
             log.info("kafka-eos: new partitions %s are read from their earliest offset", new)
             result.update(self.resolver.earliest(new))
-        for tp, o in list(result.items()):
-            if latest[tp] < o:
-                self.resolver.report_data_loss(
-                    f"the latest offset of {tp[0]}-{tp[1]} went back from {o} to {latest[tp]} "
-                    "(topic recreated?)"
-                )
-                result[tp] = self.resolver.earliest([tp])[tp]
+        went_back = [tp for tp in end if end[tp] < result[tp]]
+        for tp in went_back:
+            self.resolver.report_data_loss(
+                f"the latest offset of {tp[0]}-{tp[1]} went back from {result[tp]} to {end[tp]} "
+                "(topic recreated?)"
+            )
+        if went_back:
+            result.update(self.resolver.earliest(went_back))
         return result
 
     def _limited_end(self, begin: off.PartitionOffsets, latest: off.PartitionOffsets) -> off.PartitionOffsets:
@@ -208,11 +217,8 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         return off.to_json(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        begin = off.from_json(start)
         stop = off.from_json(end)
-        new = [tp for tp in stop if tp not in begin]
-        if new:
-            begin.update(self.resolver.earliest(new))
+        begin = self._fill_and_rewind(off.from_json(start), stop)
         self._check_retention(begin, stop)
         return _plan(self.options, begin, stop)  # type: ignore[return-value]
 

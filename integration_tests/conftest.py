@@ -1,0 +1,26 @@
+"""Shared fixtures: one real broker and one real local Spark session per test run."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.testing import Broker, kafka_broker, local_spark
+
+
+@pytest.fixture(scope="session")
+def broker() -> Broker:
+    with kafka_broker() as b:
+        print(f"\nKafka broker for this run: {b.kind} at {b.bootstrap_servers}")
+        yield b
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker: Broker) -> str:
+    return broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = local_spark("kafka-eos-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,91 @@
+"""Batch reads of known datasets through `kafka-eos`, checked record by record."""
+
+from __future__ import annotations
+
+import json
+
+from integration_tests.kafka_data import Record, create_topic, produce, unique_topic
+
+
+def _records(df) -> list[Record]:
+    rows = df.select("topic", "partition", "offset", "key", "value").collect()
+    return sorted(Record(r.topic, r.partition, r.offset, r.key, r.value) for r in rows)
+
+
+def test_batch_read_returns_every_record_once(spark, bootstrap):
+    topic = unique_topic("batch")
+    create_topic(bootstrap, topic, 3)
+    expected = produce(bootstrap, topic, 3, 200)
+    df = (
+        spark.read.format("kafka-eos")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .load()
+    )
+    assert [f.name for f in df.schema.fields] == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+    ]
+    got = _records(df)
+    assert len(got) == len(set(got))
+    assert got == expected
+
+
+def test_headers_timestamps_and_types(spark, bootstrap):
+    topic = unique_topic("hdr")
+    create_topic(bootstrap, topic, 1)
+    expected = produce(bootstrap, topic, 1, 5, headers=True)
+    df = (
+        spark.read.format("kafka-eos")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+        .load()
+    )
+    assert dict(df.dtypes) == {
+        "key": "binary", "value": "binary", "topic": "string", "partition": "int",
+        "offset": "bigint", "timestamp": "timestamp", "timestampType": "int",
+        "headers": "array<struct<key:string,value:binary>>",
+    }
+    rows = sorted(df.collect(), key=lambda r: r.offset)
+    assert [r.offset for r in rows] == [r.offset for r in expected]
+    for row, rec in zip(rows, expected):
+        idx = rec.value.decode().split("-")[1]
+        assert [(h.key, h.value) for h in row.headers] == [("idx", idx.encode()), ("p", b"0")]
+        assert row.timestampType == 0  # CreateTime
+        assert row.timestamp is not None
+
+
+def test_specific_offsets_and_assign(spark, bootstrap):
+    topic = unique_topic("range")
+    create_topic(bootstrap, topic, 2)
+    expected = produce(bootstrap, topic, 2, 50)
+    df = (
+        spark.read.format("kafka-eos")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("assign", json.dumps({topic: [0, 1]}))
+        .option("startingOffsets", json.dumps({topic: {"0": 10, "1": -2}}))
+        .option("endingOffsets", json.dumps({topic: {"0": 20, "1": 5}}))
+        .load()
+    )
+    want = [
+        r for r in expected
+        if (r.partition == 0 and 10 <= r.offset < 20) or (r.partition == 1 and r.offset < 5)
+    ]
+    assert _records(df) == want
+
+
+def test_large_partition_is_split_across_tasks(spark, bootstrap):
+    topic = unique_topic("skew")
+    create_topic(bootstrap, topic, 2)
+    expected = produce(bootstrap, topic, 2, 300)
+    base = (
+        spark.read.format("kafka-eos")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+    )
+    split = base.option("maxRecordsPerPartition", "100").load()
+    assert split.rdd.getNumPartitions() == 6  # each 300-record partition in 3 tasks
+    assert _records(split) == expected
+    spread = base.option("minPartitions", "8").load()
+    assert spread.rdd.getNumPartitions() >= 8
+    assert _records(spread) == expected
