@@ -1,0 +1,19 @@
+"""Batch-read a topic in a fresh Spark session WITHOUT calling connectors.register():
+`kafka-eos` must be found through PySpark's static registration of `pyspark_*` modules.
+Prints the number of rows read."""
+
+import sys
+
+from connectors.testing import local_spark
+
+bootstrap, topic = sys.argv[1], sys.argv[2]
+spark = local_spark("zero-config", register=False)
+n = (
+    spark.read.format("kafka-eos")
+    .option("kafka.bootstrap.servers", bootstrap)
+    .option("subscribe", topic)
+    .load()
+    .count()
+)
+print(f"ROWS={n}")
+spark.stop()
