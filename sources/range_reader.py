@@ -8,6 +8,7 @@ aborted records under read_committed, compacted-away keys) are gaps, not errors.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -48,37 +49,31 @@ SPARK_SCHEMA_DDL = (
 )
 HEADERS_DDL = ", headers array<struct<key:string,value:binary>>"
 
-# librdkafka timestamp types -> Spark's (-1 none, 0 CreateTime, 1 LogAppendTime).
-_TS_TYPE = {0: -1, 1: 0, 2: 1}
-
-
 class DataLossError(RuntimeError):
     """Offsets the query needs are gone (retention, deleted or recreated topic)."""
 
 
-def _to_batch(
-    r: OffsetRange,
-    keys: list,
-    values: list,
-    offsets: list,
-    stamps: list,
-    stamp_types: list,
-    headers: list | None,
-) -> pa.RecordBatch:
-    n = len(offsets)
-    ts = pa.array(stamps, pa.int64())
+def _to_batch(r: OffsetRange, msgs: list, offsets: list[int], include_headers: bool) -> pa.RecordBatch:
+    """Column by column, one comprehension each: no per-row dicts or tuples kept."""
+    n = len(msgs)
+    ts_types, stamps = zip(*[m.timestamp() for m in msgs])
     arrays = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+        pa.array([m.key() for m in msgs], pa.binary()),
+        pa.array([m.value() for m in msgs], pa.binary()),
         pa.repeat(pa.scalar(r.topic, pa.string()), n),
         pa.repeat(pa.scalar(r.partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
-        pc.multiply(ts, 1000).cast(TIMESTAMP_TYPE),
-        pa.array(stamp_types, pa.int32()),
+        pc.multiply(pa.array(stamps, pa.int64()), 1000).cast(TIMESTAMP_TYPE),
+        # librdkafka: 0 none, 1 CreateTime, 2 LogAppendTime; Spark: -1, 0, 1.
+        pc.subtract(pa.array(ts_types, pa.int32()), 1),
     ]
-    if headers is not None:
-        arrays.append(pa.array(headers, HEADERS_TYPE))
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(headers is not None))
+    if include_headers:
+        arrays.append(pa.array(
+            [[{"key": k, "value": v} for k, v in h] if h else None
+             for h in (m.headers() for m in msgs)],
+            HEADERS_TYPE,
+        ))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
 def read_range(
@@ -94,16 +89,11 @@ def read_range(
     if r.size == 0:
         return
     consumer = Consumer(consumer_conf(kafka_conf))
-    tp = TopicPartition(r.topic, r.partition, r.from_offset)
-    consumer.assign([tp])
+    consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
     next_offset = r.from_offset
     idle_since = time.monotonic()
-    keys: list = []
-    values: list = []
-    offsets: list = []
-    stamps: list = []
-    stamp_types: list = []
-    headers: list | None = [] if include_headers else None
+    pending: list = []  # messages of the batch being built
+    pending_offsets: list[int] = []
     try:
         while next_offset < r.until_offset:
             msgs = consumer.consume(num_messages=min(batch_rows, 10_000), timeout=0.5)
@@ -119,35 +109,46 @@ def read_range(
                     )
                 continue
             idle_since = time.monotonic()
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    next_offset = _handle_error(consumer, r, err, next_offset, fail_on_data_loss)
-                    continue
-                off = m.offset()
-                if off < next_offset:
-                    continue  # re-delivered after a seek; already yielded
-                if off >= r.until_offset:
+            if any([m.error() is not None for m in msgs]):
+                next_offset = _take_slowly(consumer, r, msgs, next_offset, fail_on_data_loss,
+                                           pending, pending_offsets)
+            else:
+                # One partition, so offsets ascend: keep the slice inside [next, until).
+                offs = [m.offset() for m in msgs]
+                lo = bisect.bisect_left(offs, next_offset)
+                hi = bisect.bisect_left(offs, r.until_offset)
+                pending.extend(msgs[lo:hi])
+                pending_offsets.extend(offs[lo:hi])
+                if hi < len(offs):
                     next_offset = r.until_offset
-                    break
-                ts_type, ts = m.timestamp()
-                keys.append(m.key())
-                values.append(m.value())
-                offsets.append(off)
-                stamps.append(ts)
-                stamp_types.append(_TS_TYPE.get(ts_type, -1))
-                if headers is not None:
-                    h = m.headers()
-                    headers.append([{"key": k, "value": v} for k, v in h] if h else None)
-                next_offset = off + 1
-            if len(offsets) >= batch_rows:
-                yield _to_batch(r, keys, values, offsets, stamps, stamp_types, headers)
-                keys, values, offsets, stamps, stamp_types = [], [], [], [], []
-                headers = [] if include_headers else None
-        if offsets:
-            yield _to_batch(r, keys, values, offsets, stamps, stamp_types, headers)
+                elif hi > lo:
+                    next_offset = offs[hi - 1] + 1
+            if len(pending) >= batch_rows:
+                yield _to_batch(r, pending, pending_offsets, include_headers)
+                pending, pending_offsets = [], []
+        if pending:
+            yield _to_batch(r, pending, pending_offsets, include_headers)
     finally:
         consumer.close()
+
+
+def _take_slowly(consumer, r: OffsetRange, msgs: list, next_offset: int, fail: bool,
+                 pending: list, pending_offsets: list[int]) -> int:
+    """Message by message, for the rare chunk that carries an error event."""
+    for m in msgs:
+        err = m.error()
+        if err is not None:
+            next_offset = _handle_error(consumer, r, err, next_offset, fail)
+            continue
+        off = m.offset()
+        if off < next_offset:
+            continue  # re-delivered after a re-assign; already taken
+        if off >= r.until_offset:
+            return r.until_offset
+        pending.append(m)
+        pending_offsets.append(off)
+        next_offset = off + 1
+    return next_offset
 
 
 def _handle_error(
