@@ -89,3 +89,24 @@ def test_large_partition_is_split_across_tasks(spark, bootstrap):
     spread = base.option("minPartitions", "8").load()
     assert spread.rdd.getNumPartitions() >= 8
     assert _records(spread) == expected
+
+
+def test_starting_timestamp(spark, bootstrap):
+    import time
+
+    topic = unique_topic("ts")
+    create_topic(bootstrap, topic, 2)
+    early = produce(bootstrap, topic, 2, 10)
+    time.sleep(1.0)  # record timestamps are ms: leave a clear gap
+    cut_ms = int(time.time() * 1000)
+    time.sleep(0.1)
+    late = produce(bootstrap, topic, 2, 10, start_index=10)
+    base = (
+        spark.read.format("kafka-eos")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+    )
+    assert _records(base.option("startingTimestamp", str(cut_ms)).load()) == late
+    by_partition = json.dumps({topic: {"0": cut_ms, "1": 0}})
+    got = _records(base.option("startingOffsetsByTimestamp", by_partition).load())
+    assert got == sorted([r for r in late if r.partition == 0] + [r for r in early + late if r.partition == 1])

@@ -194,3 +194,56 @@ def test_fail_on_data_loss_after_delete_records(spark, broker, bootstrap, tmp_pa
         q.awaitTermination(120)
         assert q.exception() is None
         assert all_records(out) == first + [r for r in second if r.offset >= cut]
+
+
+def test_min_offsets_per_trigger_waits_at_most_max_trigger_delay(spark, bootstrap, tmp_path):
+    import time
+
+    topic = unique_topic("minrows")
+    create_topic(bootstrap, topic, 1)
+    expected = produce(bootstrap, topic, 1, 10)  # far fewer than minOffsetsPerTrigger
+    opts = stream_options(
+        bootstrap, subscribe=topic, startingOffsets="earliest",
+        minOffsetsPerTrigger="1000", maxTriggerDelay="12s",
+    )
+    checkpoint, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
+    t0 = time.monotonic()
+    query = _start(spark, opts, checkpoint, out, processingTime="100 milliseconds")
+    try:
+        wait_for(lambda: len(all_records(out)) >= len(expected), 90, "the delayed batch")
+        waited = time.monotonic() - t0
+    finally:
+        query.stop()
+    # The reader's delay clock starts after t0, so the batch cannot have come before 12 s
+    # had passed; a generous margin below that keeps the check free of timing noise.
+    assert waited >= 10, f"a batch of 10 records ran after {waited:.1f}s, before maxTriggerDelay"
+    _assert_exactly_once(all_records(out), expected)
+
+
+def test_broker_frozen_then_resumed(spark, broker, bootstrap, tmp_path):
+    """A broker that stops answering (SIGSTOP) mid-stream, then resumes: no loss, no repeat."""
+    import signal
+    import time
+
+    if broker.pid is None:
+        pytest.skip(f"the {broker.kind} broker runs outside this machine's process table")
+    topic = unique_topic("freeze")
+    create_topic(bootstrap, topic, 2)
+    expected = produce(bootstrap, topic, 2, 200)
+    opts = stream_options(
+        bootstrap, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="50",
+    )
+    checkpoint, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
+    query = _start(spark, opts, checkpoint, out, processingTime="100 milliseconds")
+    try:
+        wait_for(lambda: len(read_batches(out)) >= 1, 120, "the first batch")
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            time.sleep(8)  # longer than librdkafka's socket and metadata timeouts' first tries
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        wait_for(lambda: len(all_records(out)) >= len(expected), 240, "the rest of the input")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    _assert_exactly_once(all_records(out), expected)

@@ -43,7 +43,7 @@ class StartSpec:
 
 @dataclass(frozen=True)
 class KafkaSourceOptions:
-    kafka_conf: dict[str, str]
+    kafka_conf: dict[str, str] = field(repr=False)  # may hold secrets: never in a repr
     subscription: Subscription
     starting: StartSpec
     ending: StartSpec

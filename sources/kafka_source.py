@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -40,15 +39,12 @@ log = logging.getLogger(__name__)
 FORMAT_NAME = "kafka-eos"
 
 
-@dataclass(frozen=True)
 class KafkaInputPartition(InputPartition):
     """One Spark task: records [from_offset, until_offset) of one topic-partition."""
 
-    range: off.OffsetRange
-
-    def __init__(self, rng: off.OffsetRange) -> None:  # InputPartition wants `value`
-        object.__setattr__(self, "range", rng)
-        object.__setattr__(self, "value", rng)
+    def __init__(self, rng: off.OffsetRange) -> None:
+        super().__init__(rng)
+        self.range = rng
 
 
 class KafkaEosDataSource(DataSource):

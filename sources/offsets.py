@@ -70,9 +70,11 @@ def parse_offsets_option(
         for p, off in parts.items():
             try:
                 partition = int(p)
+                if partition < 0:
+                    raise ValueError
             except (TypeError, ValueError):
                 raise OptionError(
-                    name, f"partition {p!r} of topic {topic!r} is not a whole number"
+                    name, f"partition {p!r} of topic {topic!r} is not a partition number (0 or more)"
                 ) from None
             if isinstance(off, bool) or not isinstance(off, int):
                 raise OptionError(
@@ -94,20 +96,42 @@ def allocate_limit(
 ) -> PartitionOffsets:
     """End offsets reading at most `max_rows` in total, shared in proportion to each lag.
 
-    Largest-remainder rounding keeps the total exactly min(max_rows, available) and is
-    deterministic (ties broken by topic-partition), so no small partition starves forever.
+    Every partition with new records gets at least one row (when `max_rows` allows one each),
+    so a quiet partition is never starved by a busy one; the rest is shared in proportion to
+    the remaining lag with largest-remainder rounding, in integers, so the total is exactly
+    min(max_rows, available) and ties go to the smaller topic-partition: deterministic.
     """
     lags = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
     total = sum(lags.values())
     if total <= max_rows:
         return dict(latest)
-    shares = {tp: max_rows * lag / total for tp, lag in lags.items()}
-    grant = {tp: math.floor(s) for tp, s in shares.items()}
-    remaining = max_rows - sum(grant.values())
-    by_remainder = sorted(lags, key=lambda tp: (-(shares[tp] - grant[tp]), tp))
-    for tp in by_remainder[:remaining]:
-        grant[tp] += 1
+    lagging = sorted(tp for tp, lag in lags.items() if lag > 0)
+    grant = dict.fromkeys(lags, 0)
+    if max_rows >= len(lagging):
+        for tp in lagging:
+            grant[tp] = 1
+        rest = {tp: lags[tp] - 1 for tp in lagging}
+        _share_largest_remainder(rest, max_rows - len(lagging), grant)
+    else:
+        _share_largest_remainder({tp: lags[tp] for tp in lagging}, max_rows, grant)
     return {tp: start.get(tp, latest[tp]) + grant[tp] for tp in latest}
+
+
+def _share_largest_remainder(
+    weights: Mapping[TopicPartition, int], rows: int, grant: dict[TopicPartition, int]
+) -> None:
+    """Add `rows` to `grant` in proportion to `weights` (exact integer arithmetic)."""
+    total = sum(weights.values())
+    if rows <= 0 or total <= 0:
+        return
+    remainders = {}
+    left = rows
+    for tp, w in weights.items():
+        q, remainders[tp] = divmod(rows * w, total)
+        grant[tp] += q
+        left -= q
+    for tp in sorted(remainders, key=lambda tp: (-remainders[tp], tp))[:left]:
+        grant[tp] += 1
 
 
 def total_rows(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]) -> int:
@@ -145,13 +169,25 @@ def plan_ranges(
         for tp, until in sorted(end.items())
         if tp in start and until > start[tp]
     ]
+    parts = [
+        math.ceil(r.size / max_records_per_partition) if max_records_per_partition else 1
+        for r in ranges
+    ]
     total = sum(r.size for r in ranges)
+    if min_partitions and sum(parts) < min_partitions and total > 0:
+        # Share the wanted task count by size (rounding half up), then give any shortfall to
+        # the range with the most records per task, so the minimum really is a minimum.
+        parts = [
+            max(p, (2 * r.size * min_partitions + total) // (2 * total))
+            for p, r in zip(parts, ranges)
+        ]
+        while sum(parts) < min(min_partitions, total):
+            i = max(
+                (i for i in range(len(ranges)) if parts[i] < ranges[i].size),
+                key=lambda i: (ranges[i].size / parts[i], -i),
+            )
+            parts[i] += 1
     planned: list[OffsetRange] = []
-    for r in ranges:
-        parts = 1
-        if max_records_per_partition:
-            parts = math.ceil(r.size / max_records_per_partition)
-        if min_partitions and len(ranges) < min_partitions and total > 0:
-            parts = max(parts, round(r.size / total * min_partitions))
-        planned.extend(split_range(r, parts))
+    for r, p in zip(ranges, parts):
+        planned.extend(split_range(r, p))
     return planned

@@ -32,6 +32,8 @@ class Broker:
     kind: str  # "external" | "testcontainers" | "tansu"
     #: Features a test may depend on; False means "known missing" on this broker.
     capabilities: dict[str, bool] = field(default_factory=dict)
+    #: The broker's process when this machine runs it (for freeze/resume chaos), else None.
+    pid: int | None = None
 
     def supports(self, feature: str) -> bool:
         return self.capabilities.get(feature, True)
@@ -119,7 +121,7 @@ def tansu_broker() -> Iterator[Broker]:
         bootstrap = f"127.0.0.1:{port}"
         _wait_until_ready(bootstrap, proc)
         log.info("local Tansu broker at %s (pid %d)", bootstrap, proc.pid)
-        yield Broker(bootstrap, "tansu", dict(TANSU_CAPABILITIES))
+        yield Broker(bootstrap, "tansu", dict(TANSU_CAPABILITIES), pid=proc.pid)
     finally:
         proc.terminate()
         try:

@@ -1,0 +1,460 @@
+"""Unit tests for sources/kafka_options.py: the kafka-eos source's option validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.options import OptionError
+from sources.kafka_options import KafkaSourceOptions, StartSpec, Subscription, parse_source_options
+
+BASE = {"kafka.bootstrap.servers": "broker1:9092,broker2:9092", "subscribe": "events"}
+
+
+def _lower(raw: dict) -> dict:
+    """Spark hands a Python data source its options with lower-cased keys."""
+    return {k.lower(): v for k, v in raw.items()}
+
+
+SPELLINGS = [pytest.param(lambda d: dict(d), id="as-documented"), pytest.param(_lower, id="lower-cased")]
+
+
+@pytest.fixture(params=SPELLINGS)
+def spell(request):
+    return request.param
+
+
+def parse(spell, extra=None, *, batch, drop=()):
+    raw = {k: v for k, v in {**BASE, **(extra or {})}.items() if k not in drop}
+    return parse_source_options(spell(raw), batch=batch)
+
+
+def fails(spell, extra=None, *, batch, drop=()) -> OptionError:
+    with pytest.raises(OptionError) as ei:
+        parse(spell, extra, batch=batch, drop=drop)
+    return ei.value
+
+
+# --------------------------------------------------------------------------- basics and defaults
+
+
+@pytest.mark.parametrize("batch", [True, False, None])
+def test_minimal_options(spell, batch):
+    o = parse(spell, batch=batch)
+    assert isinstance(o, KafkaSourceOptions)
+    assert o.bootstrap_servers == "broker1:9092,broker2:9092"
+    assert o.subscription == Subscription("subscribe", topics=("events",))
+    assert o.fail_on_data_loss is True
+    assert o.include_headers is False
+    assert o.max_offsets_per_trigger is None
+    assert o.min_offsets_per_trigger is None
+    assert o.min_partitions is None
+    assert o.max_records_per_partition is None
+    assert o.timestamp_strategy == "error"
+    assert o.max_trigger_delay_ms == 15 * 60_000
+    assert o.ending == StartSpec("latest")
+
+
+def test_default_start_streaming_is_latest(spell):
+    assert parse(spell, batch=False).starting == StartSpec("latest")
+
+
+def test_default_start_batch_is_earliest(spell):
+    assert parse(spell, batch=True).starting == StartSpec("earliest")
+
+
+def test_other_defaults(spell):
+    o = parse(spell, batch=False)
+    assert o.poll_timeout_ms == 120_000
+    assert o.fetch_attempts == 4  # fetchOffset.numRetries=3, plus the first attempt
+    assert o.arrow_batch_rows == 20_000
+
+
+def test_explicit_values(spell):
+    o = parse(
+        spell,
+        {
+            "failOnDataLoss": "false",
+            "includeHeaders": "TRUE",
+            "maxOffsetsPerTrigger": "1000",
+            "minOffsetsPerTrigger": "10",
+            "maxTriggerDelay": "30s",
+            "minPartitions": "8",
+            "maxRecordsPerPartition": "500",
+            "startingOffsetsByTimestampStrategy": "Latest",
+            "kafkaConsumer.pollTimeoutMs": "5000",
+            "fetchOffset.numRetries": "0",
+            "arrowBatchRows": "128",
+        },
+        batch=False,
+    )
+    assert o.fail_on_data_loss is False
+    assert o.include_headers is True
+    assert o.max_offsets_per_trigger == 1000
+    assert o.min_offsets_per_trigger == 10
+    assert o.max_trigger_delay_ms == 30_000
+    assert o.min_partitions == 8
+    assert o.max_records_per_partition == 500
+    assert o.timestamp_strategy == "latest"
+    assert o.poll_timeout_ms == 5000
+    assert o.fetch_attempts == 1
+    assert o.arrow_batch_rows == 128
+
+
+# --------------------------------------------------------------------------- kafka.* pass-through
+
+
+def test_kafka_options_pass_through_without_prefix(spell):
+    o = parse(
+        spell,
+        {
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.username": "alice",
+            "kafka.sasl.password": "pw",
+            "kafkaConsumer.pollTimeoutMs": "10",  # not a kafka.* option
+            "startingOffsets": "earliest",
+        },
+        batch=True,
+    )
+    assert o.kafka_conf == {
+        "bootstrap.servers": "broker1:9092,broker2:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "pw",
+    }
+
+
+def test_kafka_option_values_keep_their_case():
+    o = parse_source_options(
+        {"KAFKA.BOOTSTRAP.SERVERS": "Broker:9092", "kafka.client.id": "MyClient", "SUBSCRIBE": "T"},
+        batch=True,
+    )
+    assert o.kafka_conf == {"bootstrap.servers": "Broker:9092", "client.id": "MyClient"}
+    assert o.subscription.topics == ("T",)
+
+
+# --------------------------------------------------------------------------- bootstrap servers
+
+
+@pytest.mark.parametrize("batch", [True, False, None])
+def test_missing_bootstrap_servers(spell, batch):
+    e = fails(spell, batch=batch, drop=("kafka.bootstrap.servers",))
+    assert e.option == "kafka.bootstrap.servers"
+    assert "kafka.bootstrap.servers" in str(e)
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_blank_bootstrap_servers(spell, value):
+    e = fails(spell, {"kafka.bootstrap.servers": value}, batch=True)
+    assert "kafka.bootstrap.servers" in str(e)
+
+
+# --------------------------------------------------------------------------- subscription
+
+
+def test_subscribe_list(spell):
+    o = parse(spell, {"subscribe": " a, b ,,c "}, batch=False)
+    assert o.subscription.kind == "subscribe"
+    assert o.subscription.topics == ("a", "b", "c")
+    assert "a" in o.subscription.describe()
+
+
+@pytest.mark.parametrize("value", ["", "  ", ",", " , ,"])
+def test_subscribe_without_topics(spell, value):
+    e = fails(spell, {"subscribe": value}, batch=False)
+    assert "subscribe" in str(e)
+
+
+def test_subscribe_pattern(spell):
+    o = parse(spell, {"subscribePattern": r"events\..*"}, batch=False, drop=("subscribe",))
+    assert o.subscription == Subscription("subscribePattern", pattern=r"events\..*")
+
+
+@pytest.mark.parametrize("pattern", ["(", "[a-", "*abc", "a{2,1}"])
+def test_subscribe_pattern_invalid_regex(spell, pattern):
+    e = fails(spell, {"subscribePattern": pattern}, batch=False, drop=("subscribe",))
+    assert e.option == "subscribePattern"
+    assert "subscribePattern" in str(e)
+
+
+def test_assign(spell):
+    o = parse(spell, {"assign": '{"b": [2, 0], "a": [1, 1]}'}, batch=True, drop=("subscribe",))
+    assert o.subscription.kind == "assign"
+    assert o.subscription.assignment == (("a", 1), ("b", 0), ("b", 2))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "not json",
+        "{",
+        "[]",
+        '["a", 0]',
+        "{}",
+        '{"a": 0}',
+        '{"a": "0"}',
+        '{"a": ["0"]}',
+        '{"a": [-1]}',
+        '{"a": [1.5]}',
+        '{"a": [true]}',
+        '{"a": {"0": 1}}',
+    ],
+)
+def test_assign_invalid(spell, value):
+    e = fails(spell, {"assign": value}, batch=True, drop=("subscribe",))
+    assert e.option == "assign"
+    assert "assign" in str(e)
+
+
+def _mentions_all_subscription_options(e: OptionError) -> None:
+    msg = str(e)
+    for name in ("subscribe", "subscribePattern", "assign"):
+        assert name in msg, (name, msg)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"subscribePattern": "e.*"},
+        {"assign": '{"events": [0]}'},
+        {"subscribePattern": "e.*", "assign": '{"events": [0]}'},
+    ],
+)
+@pytest.mark.parametrize("batch", [True, False])
+def test_more_than_one_subscription(spell, extra, batch):
+    _mentions_all_subscription_options(fails(spell, extra, batch=batch))
+
+
+def test_pattern_and_assign_without_subscribe(spell):
+    e = fails(spell, {"subscribePattern": "e.*", "assign": '{"t":[0]}'}, batch=True, drop=("subscribe",))
+    _mentions_all_subscription_options(e)
+
+
+@pytest.mark.parametrize("batch", [True, False, None])
+def test_no_subscription(spell, batch):
+    _mentions_all_subscription_options(fails(spell, batch=batch, drop=("subscribe",)))
+
+
+# --------------------------------------------------------------------------- startingOffsets
+
+
+@pytest.mark.parametrize("value", ["earliest", "EARLIEST", " Earliest "])
+@pytest.mark.parametrize("batch", [True, False, None])
+def test_starting_earliest(spell, value, batch):
+    assert parse(spell, {"startingOffsets": value}, batch=batch).starting == StartSpec("earliest")
+
+
+@pytest.mark.parametrize("value", ["latest", "LATEST", " Latest"])
+@pytest.mark.parametrize("batch", [False, None])
+def test_starting_latest_streaming(spell, value, batch):
+    assert parse(spell, {"startingOffsets": value}, batch=batch).starting == StartSpec("latest")
+
+
+@pytest.mark.parametrize("value", ["latest", "LATEST", " Latest"])
+def test_starting_latest_rejected_for_batch(spell, value):
+    e = fails(spell, {"startingOffsets": value}, batch=True)
+    assert e.option == "startingOffsets"
+    assert "startingOffsets" in str(e)
+
+
+def test_starting_offsets_json(spell):
+    o = parse(spell, {"startingOffsets": '{"events": {"0": 23, "1": -2, "2": -1}}'}, batch=False)
+    assert o.starting == StartSpec("offsets", offsets={("events", 0): 23, ("events", 1): -2, ("events", 2): -1})
+
+
+def test_starting_offsets_json_latest_sentinel_rejected_for_batch(spell):
+    value = '{"events": {"0": 23, "1": -1}}'
+    e = fails(spell, {"startingOffsets": value}, batch=True)
+    assert "startingOffsets" in str(e)
+    # ... but fine when the mode is not known yet
+    assert parse(spell, {"startingOffsets": value}, batch=None).starting.kind == "offsets"
+    # and earliest is fine for batch
+    o = parse(spell, {"startingOffsets": '{"events": {"0": -2}}'}, batch=True)
+    assert o.starting.offsets == {("events", 0): -2}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "{",
+        '{"events": {"0": 23}',
+        "{'events': {'0': 23}}",
+        '{"events": [0, 1]}',
+        '{"events": {"x": 1}}',
+        '{"events": {"0": "1"}}',
+        '{"events": {"0": -3}}',
+        '{"events": {"0": 1.5}}',
+        "{}",
+        "[1, 2]",
+        "beginning",
+        "",
+        "23",
+    ],
+)
+@pytest.mark.parametrize("batch", [True, False, None])
+def test_malformed_starting_offsets(spell, value, batch):
+    e = fails(spell, {"startingOffsets": value}, batch=batch)
+    assert e.option == "startingOffsets"
+    assert "startingOffsets" in str(e)
+
+
+def test_starting_timestamp(spell):
+    o = parse(spell, {"startingTimestamp": "1700000000000", "startingOffsets": "earliest"}, batch=True)
+    assert o.starting == StartSpec("timestamp", timestamp_ms=1_700_000_000_000)
+
+
+@pytest.mark.parametrize("value", ["-1", "yesterday", "1.5"])
+def test_starting_timestamp_invalid(spell, value):
+    e = fails(spell, {"startingTimestamp": value}, batch=True)
+    assert "startingTimestamp" in str(e)
+
+
+def test_starting_offsets_by_timestamp(spell):
+    o = parse(
+        spell,
+        {"startingOffsetsByTimestamp": '{"events": {"0": 1700000000000}}', "startingTimestamp": "5"},
+        batch=False,
+    )
+    assert o.starting == StartSpec("timestamps", timestamps={("events", 0): 1_700_000_000_000})
+
+
+@pytest.mark.parametrize("value", ['{"events": {"0": -1}}', '{"events": {"0": -2}}', "{", "{}"])
+def test_starting_offsets_by_timestamp_invalid(spell, value):
+    e = fails(spell, {"startingOffsetsByTimestamp": value}, batch=False)
+    assert "startingOffsetsByTimestamp" in str(e)
+
+
+def test_timestamp_strategy_invalid(spell):
+    e = fails(spell, {"startingOffsetsByTimestampStrategy": "oldest"}, batch=False)
+    assert "startingOffsetsByTimestampStrategy" in str(e)
+
+
+# --------------------------------------------------------------------------- endingOffsets
+
+
+def test_ending_offsets_batch(spell):
+    assert parse(spell, {"endingOffsets": "LATEST"}, batch=True).ending == StartSpec("latest")
+    o = parse(spell, {"endingOffsets": '{"events": {"0": 50, "1": -1}}'}, batch=True)
+    assert o.ending == StartSpec("offsets", offsets={("events", 0): 50, ("events", 1): -1})
+
+
+@pytest.mark.parametrize("value", ["latest", '{"events": {"0": 50}}'])
+def test_ending_offsets_rejected_for_streaming(spell, value):
+    e = fails(spell, {"endingOffsets": value}, batch=False)
+    assert e.option == "endingOffsets"
+    assert "endingOffsets" in str(e)
+
+
+def test_ending_offsets_accepted_when_mode_unknown(spell):
+    assert parse(spell, {"endingOffsets": '{"events": {"0": 50}}'}, batch=None).ending.kind == "offsets"
+
+
+@pytest.mark.parametrize(
+    "value", ["earliest", '{"events": {"0": -2}}', "{", "forever", '{"events": {"0": "x"}}']
+)
+def test_ending_offsets_invalid(spell, value):
+    e = fails(spell, {"endingOffsets": value}, batch=True)
+    assert e.option == "endingOffsets"
+    assert "endingOffsets" in str(e)
+
+
+# --------------------------------------------------------------------------- per-trigger limits
+
+
+@pytest.mark.parametrize("value", ["-1", "-100", "0", "abc", "1.5", "", "10k"])
+@pytest.mark.parametrize("batch", [True, False, None])
+def test_bad_max_offsets_per_trigger(spell, value, batch):
+    e = fails(spell, {"maxOffsetsPerTrigger": value}, batch=batch)
+    assert e.option == "maxOffsetsPerTrigger"
+    assert "maxOffsetsPerTrigger" in str(e)
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "many"])
+def test_bad_min_offsets_per_trigger(spell, value):
+    e = fails(spell, {"minOffsetsPerTrigger": value}, batch=False)
+    assert "minOffsetsPerTrigger" in str(e)
+
+
+def test_min_offsets_above_max_offsets(spell):
+    e = fails(spell, {"maxOffsetsPerTrigger": "100", "minOffsetsPerTrigger": "101"}, batch=False)
+    assert "minOffsetsPerTrigger" in str(e)
+    assert "maxOffsetsPerTrigger" in str(e)
+
+
+def test_min_offsets_equal_to_max_offsets_is_fine(spell):
+    o = parse(spell, {"maxOffsetsPerTrigger": "100", "minOffsetsPerTrigger": "100"}, batch=False)
+    assert (o.min_offsets_per_trigger, o.max_offsets_per_trigger) == (100, 100)
+
+
+@pytest.mark.parametrize(
+    "extra,name",
+    [
+        ({"minPartitions": "0"}, "minPartitions"),
+        ({"maxRecordsPerPartition": "-5"}, "maxRecordsPerPartition"),
+        ({"failOnDataLoss": "perhaps"}, "failOnDataLoss"),
+        ({"includeHeaders": "2"}, "includeHeaders"),
+        ({"maxTriggerDelay": "soon"}, "maxTriggerDelay"),
+        ({"kafkaConsumer.pollTimeoutMs": "0"}, "kafkaConsumer.pollTimeoutMs"),
+        ({"fetchOffset.numRetries": "-1"}, "fetchOffset.numRetries"),
+        ({"arrowBatchRows": "0"}, "arrowBatchRows"),
+    ],
+)
+def test_other_invalid_options_name_the_option(spell, extra, name):
+    e = fails(spell, extra, batch=False)
+    assert e.option == name
+    assert name in str(e)
+
+
+# --------------------------------------------------------------------------- secrets in errors
+
+
+SECRET = "Sup3r-S3cret-Passw0rd!"
+
+
+@pytest.mark.parametrize(
+    "extra,drop",
+    [
+        ({}, ("kafka.bootstrap.servers",)),
+        ({}, ("subscribe",)),
+        ({"assign": '{"events": [0]}'}, ()),
+        ({"assign": "not json"}, ("subscribe",)),
+        ({"subscribePattern": "("}, ("subscribe",)),
+        ({"startingOffsets": "{bad"}, ()),
+        ({"startingOffsets": "latest"}, ()),
+        ({"startingOffsets": "nope"}, ()),
+        ({"endingOffsets": "earliest"}, ()),
+        ({"maxOffsetsPerTrigger": "-1"}, ()),
+        ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"}, ()),
+        ({"failOnDataLoss": "x"}, ()),
+    ],
+)
+def test_option_errors_never_show_the_password(spell, extra, drop):
+    secrets = {
+        "kafka.sasl.password": SECRET,
+        "kafka.ssl.key.password": SECRET + "-key",
+        "kafka.sasl.jaas.config": f'PlainLoginModule required username="u" password="{SECRET}-jaas";',
+        "kafka.security.protocol": "SASL_SSL",
+    }
+    e = fails(spell, {**secrets, **extra}, batch=True, drop=drop)
+    for text in (str(e), repr(e), repr(e.args)):
+        assert SECRET not in text
+
+
+def test_parsed_options_repr_never_shows_a_secret():
+    secret = "hunter2-do-not-print"
+    parsed = parse_source_options(
+        {"kafka.bootstrap.servers": "b:9092", "kafka.sasl.password": secret, "subscribe": "t"},
+        batch=False,
+    )
+    assert parsed.kafka_conf["sasl.password"] == secret  # still handed to librdkafka
+    assert secret not in repr(parsed)
+
+
+def test_negative_partition_in_offsets_json_is_rejected():
+    with pytest.raises(OptionError, match=r"Option 'startingOffsets'.*partition '-1'"):
+        parse_source_options(
+            {"kafka.bootstrap.servers": "b:9092", "subscribe": "t",
+             "startingOffsets": '{"t":{"-1":5}}'},
+            batch=False,
+        )
