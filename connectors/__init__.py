@@ -16,12 +16,13 @@ __version__ = "0.1.0"
 
 def data_sources() -> list[type]:
     """Every DataSource class this package provides (imported lazily: they import PySpark)."""
+    from sinks.delta import DeltaEosDataSource
     from sources.kafka_source import KafkaEosDataSource
 
-    return [KafkaEosDataSource]
+    return [KafkaEosDataSource, DeltaEosDataSource]
 
 
 def register(spark: "SparkSession") -> None:
-    """Register `kafka-eos` (and later formats) with `spark`; safe to call more than once."""
+    """Register `kafka-eos` and `delta-eos` with `spark`; safe to call more than once."""
     for source in data_sources():
         spark.dataSource.register(source)

@@ -8,12 +8,15 @@ import subprocess
 import sys
 
 
-def start_pipeline(module: str, *args: str, log_path: str) -> subprocess.Popen:
+def start_pipeline(
+    module: str, *args: str, log_path: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     log = open(log_path, "ab")
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
         start_new_session=True,  # a process group of its own: killpg reaches the JVM too
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
@@ -28,14 +31,25 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(30)
 
 
-def run_pipeline(module: str, *args: str, log_path: str, timeout_s: float = 600) -> None:
-    proc = start_pipeline(module, *args, log_path=log_path)
+def wait_exit(proc: subprocess.Popen, log_path: str, timeout_s: float = 600) -> int:
     try:
-        rc = proc.wait(timeout_s)
+        return proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
         kill_group(proc)
-        raise AssertionError(f"{module} did not finish within {timeout_s}s; see {log_path}")
+        raise AssertionError(f"pipeline did not finish within {timeout_s}s; see {log_path}")
+
+
+def log_tail(log_path: str, chars: int = 4000) -> str:
+    with open(log_path, errors="replace") as f:
+        return f.read()[-chars:]
+
+
+def run_pipeline(
+    module: str, *args: str, log_path: str, timeout_s: float = 600,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Run to completion; fail with the log's tail if it does not exit cleanly."""
+    proc = start_pipeline(module, *args, log_path=log_path, env=env)
+    rc = wait_exit(proc, log_path, timeout_s)
     if rc != 0:
-        with open(log_path, errors="replace") as f:
-            tail = f.read()[-3000:]
-        raise AssertionError(f"{module} exited with {rc}:\n{tail}")
+        raise AssertionError(f"{module} exited with {rc}:\n{log_tail(log_path)}")

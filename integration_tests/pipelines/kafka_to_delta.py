@@ -1,0 +1,64 @@
+"""Kafka -> `kafka-eos` source -> `delta-eos` sink, as its own process so that the crash
+matrix can SIGKILL it (driver JVM included) and restart it on the same checkpoint.
+
+    python -m integration_tests.pipelines.kafka_to_delta --bootstrap B --topic T \\
+        --checkpoint C --table P [--mode drain|continuous] [--master local[2,4]]
+
+Fault points come from KAFKA_EOS_FAULTS (sinks/faults.py); this script names its own process
+group in KAFKA_EOS_KILL_PGID so that a fault inside a Python worker kills the whole pipeline.
+"""
+
+import argparse
+import os
+
+from sinks.faults import ENV, PGID_ENV
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--bootstrap", required=True)
+ap.add_argument("--topic", required=True)
+ap.add_argument("--checkpoint", required=True)
+ap.add_argument("--table", required=True)
+ap.add_argument("--mode", choices=["drain", "continuous"], default="drain")
+ap.add_argument("--master", default="local[2,4]")  # 4 task attempts: a failed task is retried
+ap.add_argument("--max-per-trigger", default="50")
+ap.add_argument("--poll-timeout-ms", default="20000")
+ap.add_argument("--guarantee", default="exactly-once")
+args = ap.parse_args()
+
+os.environ[PGID_ENV] = str(os.getpgrp())
+conf = {
+    "spark.task.maxFailures": "4",
+    f"spark.executorEnv.{PGID_ENV}": os.environ[PGID_ENV],
+}
+if os.environ.get(ENV):
+    conf[f"spark.executorEnv.{ENV}"] = os.environ[ENV]
+
+from connectors.testing import local_spark  # noqa: E402  (after the environment is set)
+
+spark = local_spark("kafka-to-delta", master=args.master, conf=conf)
+events = (
+    spark.readStream.format("kafka-eos")
+    .option("kafka.bootstrap.servers", args.bootstrap)
+    .option("subscribe", args.topic)
+    .option("startingOffsets", "earliest")
+    .option("maxOffsetsPerTrigger", args.max_per_trigger)
+    .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
+    .load()
+    .selectExpr(
+        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+        "partition", "offset", "timestamp",
+    )
+)
+writer = (
+    events.writeStream.format("delta-eos")
+    .option("path", args.table)
+    .option("checkpointLocation", args.checkpoint)
+    .option("deliveryGuarantee", args.guarantee)
+    .option("commitTimeout", "60s")
+)
+if args.mode == "drain":
+    query = writer.trigger(availableNow=True).start()
+else:
+    query = writer.trigger(processingTime="300 milliseconds").start()
+query.awaitTermination()
+spark.stop()

@@ -1,0 +1,141 @@
+"""The crash matrix for Kafka -> `kafka-eos` -> `delta-eos` (DESIGN.md section 8).
+
+Each case kills the whole pipeline (SIGKILL of its process group, driver JVM included) at one
+point of the commit protocol, restarts it on the same checkpoint and runs it to the end of the
+input; then every input record must be in the table exactly once, checked by source partition
+and offset (and key and value), and the table's `txn` version for the sink's app id must equal
+Spark's last committed batch id.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import polars as pl
+import pytest
+
+from integration_tests.delta_oracle import (
+    assert_exactly_once,
+    last_spark_batch,
+    table_records,
+    txn_versions,
+)
+from integration_tests.kafka_data import create_topic, produce, unique_topic
+from integration_tests.processes import (
+    kill_group,
+    log_tail,
+    run_pipeline,
+    start_pipeline,
+    wait_exit,
+)
+from integration_tests.streaming import wait_for
+from sinks.faults import ENV
+
+PIPELINE = "integration_tests.pipelines.kafka_to_delta"
+PARTITIONS, PER_PARTITION = 3, 100  # 300 records; 50 per trigger: 6 batches
+
+
+@pytest.fixture
+def pipeline(bootstrap, tmp_path):
+    topic = unique_topic("delta")
+    create_topic(bootstrap, topic, PARTITIONS)
+    expected = produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
+    paths = {
+        "checkpoint": str(tmp_path / "ckpt"),
+        "table": str(tmp_path / "table"),
+        "log": str(tmp_path / "pipeline.log"),
+    }
+    args = [
+        "--bootstrap", bootstrap, "--topic", topic,
+        "--checkpoint", paths["checkpoint"], "--table", paths["table"],
+    ]
+    return args, paths, expected
+
+
+def _verify(paths, expected) -> None:
+    assert_exactly_once(paths["table"], expected)
+    versions = txn_versions(paths["table"])
+    assert len(versions) == 1, f"one app id expected in the table's txn actions: {versions}"
+    (version,) = versions.values()
+    assert version == last_spark_batch(paths["checkpoint"])
+    assert pl.read_delta(paths["table"]).height == len(expected)  # another reader agrees
+    leftover = os.listdir(os.path.join(paths["checkpoint"], "eos-sink"))
+    assert all(
+        os.path.exists(os.path.join(paths["checkpoint"], "eos-sink", b, "done")) for b in leftover
+    ), f"batches left pending in the transaction log: {leftover}"
+
+
+KILL_POINTS = ["task_write", "after_precommit", "after_decision", "after_commit"]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_kill_at_protocol_point_then_restart(pipeline, point):
+    args, paths, expected = pipeline
+    proc = start_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: f"{point}@2"})
+    rc = wait_exit(proc, paths["log"])
+    assert rc == -signal.SIGKILL, f"the fault at {point} should have killed the run:\n{log_tail(paths['log'])}"
+    assert len(table_records(paths["table"])) < len(expected)
+
+    run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    _verify(paths, expected)
+
+
+def test_task_failure_is_retried_by_spark(pipeline):
+    args, paths, expected = pipeline
+    run_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: "task_fail@1/0"})
+    assert "injected task failure at batch 1 partition 0" in log_tail(paths["log"], 10**7)
+    _verify(paths, expected)
+
+
+def test_random_kills_then_restart(pipeline):
+    """Chaos: three SIGKILLs of the whole pipeline at random moments, then a run to the end."""
+    args, paths, expected = pipeline
+    rng = random.Random(int(os.environ.get("CHAOS_SEED", "7")))
+    for _ in range(3):
+        proc = start_pipeline(PIPELINE, *args, "--max-per-trigger", "20", log_path=paths["log"])
+        time.sleep(rng.uniform(8, 20))  # Spark starts in ~8 s: kill during batches
+        kill_group(proc)
+    run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    _verify(paths, expected)
+
+
+def test_broker_frozen_longer_than_poll_timeout(pipeline, broker):
+    if broker.pid is None:
+        pytest.skip(f"the {broker.kind} broker runs outside this machine's process table")
+    args, paths, expected = pipeline
+    args = [*args, "--poll-timeout-ms", "3000", "--max-per-trigger", "20"]
+    proc = start_pipeline(PIPELINE, *args, log_path=paths["log"])
+    try:
+        wait_for(lambda: len(_safe_records(paths["table"])) > 0, 180, "the first committed batch")
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            time.sleep(10)  # over three times the poll timeout
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        rc = wait_exit(proc, paths["log"])
+    finally:
+        kill_group(proc)
+    if rc != 0:  # the query may fail on the outage; a restart must then finish the job
+        run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    _verify(paths, expected)
+
+
+def test_local_cluster_separate_executor_jvms(pipeline):
+    """Two executor JVMs: nothing may depend on state local to the driver's process."""
+    args, paths, expected = pipeline
+    args = [*args, "--master", "local-cluster[2,1,1024]"]
+    proc = start_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: "after_decision@2"})
+    rc = wait_exit(proc, paths["log"])
+    assert rc == -signal.SIGKILL, log_tail(paths["log"])
+    run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    _verify(paths, expected)
+
+
+def _safe_records(path):
+    try:
+        return table_records(path)
+    except Exception:  # no table yet
+        return []

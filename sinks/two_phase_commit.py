@@ -1,0 +1,439 @@
+"""`TwoPhaseCommitSink`: Flink's TwoPhaseCommitSinkFunction for Spark Structured Streaming.
+
+The whole commit protocol lives here, once, for every sink (DESIGN.md section 3). A store
+subclasses `TwoPhaseCommitSink` and fills in its steps:
+
+    task side    beginTransaction(context) -> txn      open a transaction for one partition
+                 invoke(txn, record_batch)              write one Arrow batch into it
+                 preCommit(txn) -> handle               make it durable, not visible; a JSON-able
+                                                        handle the driver can commit by
+                 abortTransaction(txn)                  (optional) clean up after a task failure
+    driver side  commit(batchId, handles)               make the handles visible; idempotent
+                 abort(handles)                         discard prepared handles
+                 recoverAndCommit / recoverAndAbort     (optional) the same, on restore
+                 isCommitted(batchId)                   (optional) for stores that record a
+                                                        batch atomically (Delta's txn action)
+
+and hands Spark `sink.streamWriter()`. Per batch N the writer does:
+  1. tasks: begin, invoke per Arrow batch, preCommit, record the handle in the log;
+  2. driver: write the decision record "commit N with these handles" (the decision point);
+  3. driver: commit the handles (bounded retries, commit timeout), mark partitions committed;
+  4. driver: mark N done, garbage-collect old records; only then does Spark log N committed.
+When Spark builds the writer for a batch's tasks, recovery runs first: a decided batch is
+committed (recoverAndCommit), an undecided one is aborted (recoverAndAbort). On a replay a
+partition already committed writes nothing; one whose transaction was lost is written again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from connectors.options import OptionError, Options
+from sinks import faults
+from sinks.txn_log import Handle, TransactionLog
+
+log = logging.getLogger("kafka_eos.sink")
+
+EXACTLY_ONCE, AT_LEAST_ONCE, NONE = "exactly-once", "at-least-once", "none"
+GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE, NONE)
+
+Txn = TypeVar("Txn")
+
+
+class TransactionLost(Exception):
+    """A prepared transaction the store can no longer commit (e.g. aborted by a timeout).
+
+    Raised by `commit` / `recoverAndCommit`; its partitions are rewritten on the replay.
+    """
+
+    def __init__(self, partitions: list[int], reason: str) -> None:
+        self.partitions = sorted(partitions)
+        super().__init__(f"transaction(s) of partition(s) {self.partitions} lost: {reason}")
+
+
+class CommitTimeoutError(RuntimeError):
+    """The commit of a batch did not finish within commitTimeoutMs: the batch fails loudly."""
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """Options every two-phase-commit sink takes."""
+
+    name: str
+    guarantee: str
+    checkpoint_location: str | None
+    commit_timeout_ms: int
+    commit_attempts: int
+    retain_batches: int
+
+    @classmethod
+    def from_options(cls, name: str, opts: Options) -> "SinkSettings":
+        guarantee = opts.get_choice("deliveryGuarantee", GUARANTEES, EXACTLY_ONCE)
+        checkpoint = opts.get("checkpointLocation")
+        if guarantee == EXACTLY_ONCE and not checkpoint:
+            raise OptionError(
+                "checkpointLocation",
+                f"{name} in exactly-once mode keeps its transaction log under the query's "
+                'checkpoint: set .option("checkpointLocation", ...) on writeStream',
+            )
+        return cls(
+            name=name,
+            guarantee=guarantee,
+            checkpoint_location=checkpoint,
+            commit_timeout_ms=opts.get_duration_ms("commitTimeout", 120_000),
+            commit_attempts=opts.get_int("commitRetries", 8, minimum=0) + 1,
+            retain_batches=opts.get_int("minBatchesToRetain", 10, minimum=2),
+        )
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What a task knows of itself when it begins a transaction."""
+
+    batch_id: int
+    partition_id: int
+    attempt: int
+
+
+@dataclass
+class PreparedPartition(WriterCommitMessage):
+    """A task's WriterCommitMessage: its handle and what it wrote, for the batch log line."""
+
+    batch_id: int
+    partition: int
+    attempt: int
+    handle: Handle | None  # None: nothing to commit (empty partition, or already committed)
+    skipped: bool = False  # already committed by an earlier run of this batch
+    rows: int = 0
+    bytes: int = 0
+    write_ms: float = 0.0
+
+
+class TwoPhaseCommitSink(ABC, Generic[Txn]):
+    """Subclass and fill in the store's steps; the protocol is not yours to repeat."""
+
+    #: True for stores whose handles commit one by one (Kafka), False for one atomic commit
+    #: of the whole batch (Delta): decides whether partitions are marked committed singly.
+    commits_per_partition: bool = False
+
+    def __init__(self, settings: SinkSettings) -> None:
+        self.settings = settings
+
+    # -- task side --------------------------------------------------------------------------
+
+    @abstractmethod
+    def beginTransaction(self, context: TaskInfo) -> Txn:
+        """Open a transaction for one partition of one batch. Its identity must be
+        deterministic per (sink, partition) or (sink, batch, partition), so that a restart
+        can find, fence or replace what a crashed attempt left behind."""
+
+    @abstractmethod
+    def invoke(self, txn: Txn, batch: pa.RecordBatch) -> None:
+        """Write one Arrow record batch into the transaction (Flink's invoke)."""
+
+    @abstractmethod
+    def preCommit(self, txn: Txn) -> Handle:
+        """Flush and make the transaction durable but not visible; return a JSON-serialisable
+        handle from which another process can commit or abort it."""
+
+    def abortTransaction(self, txn: Txn) -> None:
+        """Clean up a transaction whose task failed before preCommit returned."""
+
+    # -- driver side ------------------------------------------------------------------------
+
+    @abstractmethod
+    def commit(self, batchId: int, handles: dict[int, Handle]) -> None:
+        """Make the handles (partition -> handle) visible. Must be idempotent: it is retried,
+        and repeated after a crash. Raise TransactionLost for handles that cannot be
+        committed any more; anything else is retried as transient (see `isTransient`)."""
+
+    @abstractmethod
+    def abort(self, handles: list[Handle]) -> None:
+        """Discard prepared handles that will never be committed. Idempotent."""
+
+    def recoverAndCommit(self, batchId: int, handles: dict[int, Handle]) -> None:
+        """Commit handles decided by an earlier run; by default the same as `commit`."""
+        self.commit(batchId, handles)
+
+    def recoverAndAbort(self, batchId: int, handles: list[Handle]) -> None:
+        """Discard what an earlier run prepared but never decided; by default `abort`."""
+        self.abort(handles)
+
+    def isCommitted(self, batchId: int) -> bool | None:
+        """True if the store itself records that batch `batchId` is in; None if it can't say."""
+        return None
+
+    def isTransient(self, exc: BaseException) -> bool:
+        """Whether a failed commit is worth retrying."""
+        return not isinstance(exc, (TransactionLost, OptionError))
+
+    def open(self) -> None:
+        """Driver side, before a batch's tasks: validate the store (schema, table, ...)."""
+
+    def describe(self) -> str:
+        return self.settings.name
+
+    # -- wiring -----------------------------------------------------------------------------
+
+    def streamWriter(self) -> "TwoPhaseCommitWriter":
+        return TwoPhaseCommitWriter(self)
+
+
+def _spark_role() -> str:
+    """Why Spark is building this writer: to ship it to a batch's tasks ("tasks") or to call
+    commit/abort on it ("commit"). PySpark builds a fresh writer for each, in different worker
+    scripts; only the former may recover, since recovery aborts undecided batches."""
+    modules = {frame.f_globals.get("__name__") for frame, _ in traceback.walk_stack(None)}
+    if "pyspark.sql.worker.python_streaming_sink_runner" in modules:
+        return "commit"
+    if "pyspark.sql.worker.write_into_data_source" in modules:
+        return "tasks"
+    return "other"
+
+
+def _structured_logger() -> logging.Logger:
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    return log
+
+
+class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
+    """PySpark's streaming writer (Arrow variant) running the protocol around a sink."""
+
+    def __init__(self, sink: TwoPhaseCommitSink, *, role: str | None = None) -> None:
+        self.sink = sink
+        self.settings = sink.settings
+        role = role or _spark_role()
+        if role == "tasks":
+            _structured_logger()
+            sink.open()
+            if self.exactly_once:
+                self.recover()
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.settings.guarantee == EXACTLY_ONCE
+
+    def _log(self) -> TransactionLog:
+        assert self.settings.checkpoint_location
+        return TransactionLog(self.settings.checkpoint_location)
+
+    # -- task side --------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPartition:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        info = TaskInfo(batch_id, ctx.partitionId(), ctx.attemptNumber())
+        started = time.perf_counter()
+        if self.exactly_once and self._log().is_partition_committed(batch_id, info.partition_id):
+            for _ in iterator:  # an earlier run committed this partition: write nothing
+                pass
+            return PreparedPartition(batch_id, info.partition_id, info.attempt, None, skipped=True)
+
+        txn: Any = None
+        rows = nbytes = 0
+        try:
+            for batch in iterator:
+                if batch.num_rows == 0:
+                    continue
+                if txn is None:
+                    txn = self.sink.beginTransaction(info)
+                self.sink.invoke(txn, batch)
+                rows += batch.num_rows
+                nbytes += batch.nbytes
+                faults.inject("task_write", batch_id, info.partition_id)
+            faults.inject("task_fail", batch_id, info.partition_id, info.attempt)
+            handle = self.sink.preCommit(txn) if txn is not None else None
+        except BaseException:
+            if txn is not None:
+                try:
+                    self.sink.abortTransaction(txn)
+                except Exception:  # the original failure matters more
+                    log.exception("%s: abortTransaction failed", self.sink.describe())
+            raise
+        if handle is not None:
+            if self.exactly_once:
+                self._log().record_prepared(batch_id, info.partition_id, info.attempt, handle)
+            else:  # at-least-once / none: every task commits its own transaction
+                self._commit(batch_id, {info.partition_id: handle}, recovering=False)
+        return PreparedPartition(
+            batch_id, info.partition_id, info.attempt, handle,
+            rows=rows, bytes=nbytes, write_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    # -- driver side ------------------------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _structured_logger()
+        started = time.perf_counter()
+        prepared = [m for m in messages if isinstance(m, PreparedPartition)]
+        handles = {m.partition: m.handle for m in prepared if m.handle is not None}
+        if self.exactly_once:
+            txlog = self._log()
+            faults.inject("after_precommit", batchId)
+            if handles:
+                txlog.record_decision(batchId, handles)
+            faults.inject("after_decision", batchId)
+            if handles:
+                lost = self._commit(batchId, handles, recovering=False, txlog=txlog)
+                if lost:
+                    raise TransactionLost(
+                        lost,
+                        f"batch {batchId} of {self.sink.describe()} cannot be committed; the "
+                        "query stops, and on restart those partitions are written again",
+                    )
+            txlog.record_done(batchId)
+            txlog.garbage_collect(batchId - self.settings.retain_batches + 1)
+            faults.inject("after_commit", batchId)
+        self._log_batch(batchId, prepared, (time.perf_counter() - started) * 1000)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        handles = [m.handle for m in messages if isinstance(m, PreparedPartition) and m.handle]
+        if self.exactly_once and self._log().state(batchId).decisions:
+            log.warning(
+                "%s: batch %d failed after its commit was decided; its handles are kept and "
+                "committed when the query restarts", self.sink.describe(), batchId,
+            )
+            return
+        if handles and self.exactly_once:
+            self.sink.abort(handles)
+
+    def _commit(
+        self,
+        batch_id: int,
+        handles: dict[int, Handle],
+        *,
+        recovering: bool,
+        txlog: TransactionLog | None = None,
+    ) -> list[int]:
+        """Commit with bounded retries; mark partitions committed; return the lost ones."""
+        step = self.sink.recoverAndCommit if recovering else self.sink.commit
+        groups = (
+            [{p: h} for p, h in sorted(handles.items())]
+            if self.sink.commits_per_partition
+            else [handles]
+        )
+        lost: list[int] = []
+        for i, group in enumerate(groups):
+            try:
+                self._with_retries(batch_id, lambda g=group: step(batch_id, g))
+            except TransactionLost as e:
+                lost.extend(e.partitions)
+                log.warning("%s: batch %d: %s", self.sink.describe(), batch_id, e)
+            if txlog is not None:
+                txlog.record_committed(batch_id, [p for p in group if p not in lost])
+            if i == 0 and len(groups) > 1:
+                faults.inject("after_some_commits", batch_id)
+        return sorted(set(lost))
+
+    def _with_retries(self, batch_id: int, fn) -> None:
+        s = self.settings
+        if s.guarantee == NONE:
+            fn()
+            return
+        retrying = Retrying(
+            retry=retry_if_exception(self.sink.isTransient),
+            stop=stop_after_attempt(s.commit_attempts) | stop_after_delay(s.commit_timeout_ms / 1000),
+            wait=wait_exponential(multiplier=0.2, max=10),
+            before_sleep=lambda rs: log.warning(
+                "%s: commit of batch %d failed (attempt %d), retrying: %s",
+                self.sink.describe(), batch_id, rs.attempt_number,
+                rs.outcome.exception() if rs.outcome else "",
+            ),
+        )
+        try:
+            retrying(fn)
+        except RetryError as e:
+            cause = e.last_attempt.exception()
+            raise CommitTimeoutError(
+                f"{self.sink.describe()}: the commit of batch {batch_id} did not succeed within "
+                f"commitTimeout={s.commit_timeout_ms} ms / {s.commit_attempts} attempts; the "
+                f"batch fails and is committed on restart. Last error: {cause}"
+            ) from cause
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Finish or undo what earlier runs left in the log, before any new task runs."""
+        txlog = self._log()
+        for batch_id in txlog.pending():
+            state = txlog.state(batch_id)
+            decided = state.decided()
+            if not decided:
+                stale = [h for _, h in state.prepared.values()]
+                if stale:
+                    log.info("%s: aborting %d undecided handle(s) of batch %d",
+                             self.sink.describe(), len(stale), batch_id)
+                    self.sink.recoverAndAbort(batch_id, stale)
+                txlog.forget(batch_id)
+                continue
+            todo = {p: h for p, h in decided.items() if p not in state.committed}
+            lost: list[int] = []
+            if todo:
+                if self.sink.isCommitted(batch_id) is True:
+                    txlog.record_committed(batch_id, sorted(todo))
+                else:
+                    log.info("%s: committing %d decided handle(s) of batch %d left by an "
+                             "earlier run", self.sink.describe(), len(todo), batch_id)
+                    lost = self._commit(batch_id, todo, recovering=True, txlog=txlog)
+            decided_handles = [json.dumps(h, sort_keys=True) for h in decided.values()]
+            stale = [
+                h for _, h in state.prepared.values()
+                if json.dumps(h, sort_keys=True) not in decided_handles
+            ]
+            if stale:
+                self.sink.recoverAndAbort(batch_id, stale)
+            if lost:
+                log.warning(
+                    "%s: batch %d: partition(s) %s were lost before their commit (e.g. the "
+                    "store's transaction timeout); the replay of the batch writes them again",
+                    self.sink.describe(), batch_id, lost,
+                )
+            else:
+                txlog.record_done(batch_id)
+
+    # -- the batch log line -----------------------------------------------------------------
+
+    def _log_batch(self, batch_id: int, prepared: list[PreparedPartition], commit_ms: float) -> None:
+        written = [m for m in prepared if not m.skipped]
+        slowest = max(written, key=lambda m: m.write_ms, default=None)
+        line = {
+            "sink": self.sink.describe(),
+            "batch": batch_id,
+            "guarantee": self.settings.guarantee,
+            "rows": sum(m.rows for m in written),
+            "bytes": sum(m.bytes for m in written),
+            "commit_ms": round(commit_ms, 1),
+            "skipped_partitions": sorted(m.partition for m in prepared if m.skipped),
+            "slowest_partition": slowest.partition if slowest else None,
+            "partitions": {
+                str(m.partition): {"rows": m.rows, "bytes": m.bytes, "ms": round(m.write_ms, 1)}
+                for m in written
+            },
+        }
+        log.info("batch committed %s", json.dumps(line))
