@@ -48,3 +48,14 @@ def assert_exactly_once(path: str, expected) -> None:
     missing = sorted(set(want) - set(got))
     assert not missing, f"{len(missing)} records missing, e.g. {missing[:5]}"
     assert got == want
+
+
+def orphan_files(path: str) -> list[str]:
+    """Parquet files in the table directory that the table does not reference."""
+    referenced = {os.path.normpath(u.replace("file://", "")) for u in DeltaTable(path).file_uris()}
+    found = []
+    for dirpath, _, names in os.walk(path):
+        if "_delta_log" in dirpath:
+            continue
+        found += [os.path.normpath(os.path.join(dirpath, n)) for n in names if n.endswith(".parquet")]
+    return sorted(set(found) - referenced)

@@ -20,6 +20,7 @@ import pytest
 from integration_tests.delta_oracle import (
     assert_exactly_once,
     last_spark_batch,
+    orphan_files,
     table_records,
     txn_versions,
 )
@@ -62,6 +63,7 @@ def _verify(paths, expected) -> None:
     (version,) = versions.values()
     assert version == last_spark_batch(paths["checkpoint"])
     assert pl.read_delta(paths["table"]).height == len(expected)  # another reader agrees
+    assert orphan_files(paths["table"]) == [], "files of aborted attempts were left behind"
     leftover = os.listdir(os.path.join(paths["checkpoint"], "eos-sink"))
     assert all(
         os.path.exists(os.path.join(paths["checkpoint"], "eos-sink", b, "done")) for b in leftover

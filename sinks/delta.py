@@ -219,6 +219,26 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         version = table.transaction_version(self.options.app_id)
         return version is not None and version >= batchId
 
+    def cleanupAbandoned(self) -> None:
+        """Delete this sink's data files of batches the table does not hold yet: written by
+        tasks killed before they could log a handle. The replay writes those batches anew."""
+        table = self._table()
+        if table is None:
+            return
+        version = table.transaction_version(self.options.app_id)
+        committed_through = -1 if version is None else version
+        fs, root = self._fs()
+        prefix = f"part-eos-{self.options.app_id[-16:]}-b"
+        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+        for info in fs.get_file_info(selector):
+            name = info.base_name
+            if info.type != pafs.FileType.File or not name.startswith(prefix):
+                continue
+            batch = int(name[len(prefix):].split("-", 1)[0])
+            if batch > committed_through:
+                log.info("%s: removing abandoned file %s", self.describe(), info.path)
+                _delete(fs, info.path)
+
     def commit(self, batchId: int, handles: dict[int, Handle]) -> None:
         """One Delta commit for the whole batch, carrying Transaction(appId, batchId)."""
         if self.isCommitted(batchId):

@@ -182,6 +182,11 @@ class TwoPhaseCommitSink(ABC, Generic[Txn]):
         """True if the store itself records that batch `batchId` is in; None if it can't say."""
         return None
 
+    def cleanupAbandoned(self) -> None:
+        """Remove what tasks killed before preCommit left behind (they logged no handle, so
+        recoverAndAbort cannot know of it). Called once per query run, after recovery has
+        committed every decided batch, before any new task runs."""
+
     def isTransient(self, exc: BaseException) -> bool:
         """Whether a failed commit is worth retrying."""
         return not isinstance(exc, (TransactionLost, OptionError))
@@ -378,9 +383,19 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
 
     # -- recovery ---------------------------------------------------------------------------
 
+    _cleaned: set[str] = set()  # checkpoints cleaned up by this worker process
+
     def recover(self) -> None:
         """Finish or undo what earlier runs left in the log, before any new task runs."""
         txlog = self._log()
+        self._recover_batches(txlog)
+        # After the decided batches are in: whatever of ours the store still does not hold
+        # belongs to no decision and can go.
+        if txlog.location not in TwoPhaseCommitWriter._cleaned:
+            self.sink.cleanupAbandoned()
+            TwoPhaseCommitWriter._cleaned.add(txlog.location)
+
+    def _recover_batches(self, txlog: TransactionLog) -> None:
         for batch_id in txlog.pending():
             state = txlog.state(batch_id)
             decided = state.decided()
