@@ -20,14 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake import CommitProperties, DeltaTable, Field, Schema, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connectors.options import OptionError, Options
-from sinks.two_phase_commit import SinkSettings, TaskInfo, TwoPhaseCommitSink
+from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings, TaskInfo, TwoPhaseCommitSink
 from sinks.txn_log import Handle
 
 log = logging.getLogger("kafka_eos.sink.delta")
@@ -240,8 +240,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 _delete(fs, info.path)
 
     def commit(self, batchId: int, handles: dict[int, Handle]) -> None:
-        """One Delta commit for the whole batch, carrying Transaction(appId, batchId)."""
-        if self.isCommitted(batchId):
+        """One Delta commit for the whole batch, carrying Transaction(appId, batchId).
+
+        In at-least-once mode every task commits its own files, without the txn action: the
+        batch id no longer names one commit, so it cannot serve as an idempotency key.
+        """
+        exactly_once = self.settings.guarantee == EXACTLY_ONCE
+        if exactly_once and self.isCommitted(batchId):
             return  # a retry after an ambiguous failure, or a recovery: already in
         adds = [
             AddAction(
@@ -252,7 +257,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
             for a in handles[p]["adds"]
         ]
         props = CommitProperties(
-            app_transactions=[Transaction(self.options.app_id, batchId)],
+            app_transactions=[Transaction(self.options.app_id, batchId)] if exactly_once else None,
             custom_metadata={"kafka_eos.batch": str(batchId)},
         )
         table = self._table()
@@ -267,23 +272,26 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 commit_properties=props,
             )
         else:
+            self._add_new_columns(table)
             table.create_write_transaction(
                 adds,
                 mode="append",
-                schema=self._commit_schema(table),
+                schema=table.schema(),
                 partition_by=list(self.options.partition_by) or None,
                 commit_properties=props,
             )
 
-    def _commit_schema(self, table: DeltaTable) -> Any:
+    def _add_new_columns(self, table: DeltaTable) -> None:
+        """mergeSchema: columns the stream has and the table lacks are added first (their own
+        commit; repeating it after a crash finds them there and adds nothing)."""
         if not self.options.merge_schema:
-            return table.schema()
-        existing = pa.schema(table.schema().to_arrow())
-        merged = existing
-        for f in self.schema:
-            if f.name not in existing.names:
-                merged = merged.append(f)
-        return Schema.from_arrow(merged)
+            return
+        existing = set(pa.schema(table.schema().to_arrow()).names)
+        new = [Field.from_arrow(f) for f in self.schema if f.name not in existing]
+        if new:
+            log.info("%s: adding column(s) %s", self.describe(), [f.name for f in new])
+            table.alter.add_columns(new)
+            table.update_incremental()
 
     def abort(self, handles: list[Handle]) -> None:
         fs, root = self._fs()

@@ -1,0 +1,257 @@
+"""Unit tests for sinks/txn_log.py: the sink's per-batch transaction log (local pyarrow.fs)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow.fs as pafs
+import pytest
+
+from sinks.txn_log import LOG_DIR, BatchState, TransactionLog
+
+
+@pytest.fixture
+def chk(tmp_path):
+    return str(tmp_path / "checkpoint")
+
+
+@pytest.fixture
+def txlog(chk):
+    return TransactionLog(chk)
+
+
+def _batch_dir(chk: str, batch: int) -> str:
+    return os.path.join(chk, LOG_DIR, str(batch))
+
+
+def _all_files(chk: str) -> list[str]:
+    out = []
+    for root, _dirs, files in os.walk(os.path.join(chk, LOG_DIR)):
+        out.extend(os.path.join(root, f) for f in files)
+    return out
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def test_root_is_under_checkpoint(chk, txlog):
+    assert txlog.root == f"{chk}/{LOG_DIR}"
+    assert txlog.location == chk
+    # Trailing slashes on the checkpoint do not double up.
+    assert TransactionLog(chk + "/").root == f"{chk}/{LOG_DIR}"
+
+
+def test_empty_log(txlog):
+    assert txlog.batches() == []
+    assert txlog.pending() == []
+    s = txlog.state(3)
+    assert s == BatchState(3)
+    assert s.decided() == {}
+    assert not s.done
+    assert not txlog.is_partition_committed(3, 0)
+
+
+def test_record_prepared_file_name_and_content(chk, txlog):
+    txlog.record_prepared(4, 2, 1, {"id": "t-2", "n": 7})
+    names = os.listdir(_batch_dir(chk, 4))
+    assert len(names) == 1
+    name = names[0]
+    assert name.startswith("prepared-2-1-") and name.endswith(".json")
+    with open(os.path.join(_batch_dir(chk, 4), name)) as f:
+        assert json.load(f) == {"id": "t-2", "n": 7}
+    s = txlog.state(4)
+    assert s.prepared == {name: (2, {"id": "t-2", "n": 7})}
+    assert s.decisions == [] and s.committed == set() and not s.done
+
+
+def test_same_partition_and_attempt_prepared_twice_keeps_both(txlog):
+    # A replay's attempt 0 must not replace the first run's attempt-0 record.
+    txlog.record_prepared(1, 0, 0, {"run": 1})
+    txlog.record_prepared(1, 0, 0, {"run": 2})
+    s = txlog.state(1)
+    assert len(s.prepared) == 2
+    assert sorted(h["run"] for _, h in s.prepared.values()) == [1, 2]
+    assert {p for p, _ in s.prepared.values()} == {0}
+
+
+def test_decision_record_round_trips_with_int_partitions(chk, txlog):
+    txlog.record_decision(2, {0: {"a": 1}, 11: {"b": [1, 2]}})
+    with open(os.path.join(_batch_dir(chk, 2), "decision-0.json")) as f:
+        doc = json.load(f)
+    assert doc == {"batch": 2, "handles": {"0": {"a": 1}, "11": {"b": [1, 2]}}}
+    s = txlog.state(2)
+    assert s.decisions == [{0: {"a": 1}, 11: {"b": [1, 2]}}]
+    assert s.decided() == {0: {"a": 1}, 11: {"b": [1, 2]}}
+    assert all(isinstance(p, int) for p in s.decided())
+
+
+def test_decisions_are_numbered_in_order(chk, txlog):
+    txlog.record_decision(0, {0: {"v": 0}})
+    txlog.record_decision(0, {1: {"v": 1}})
+    txlog.record_decision(0, {0: {"v": 2}})
+    names = sorted(n for n in os.listdir(_batch_dir(chk, 0)) if n.startswith("decision-"))
+    assert names == ["decision-0.json", "decision-1.json", "decision-2.json"]
+
+
+def test_decided_merges_later_decisions_over_earlier(txlog):
+    txlog.record_decision(5, {0: {"h": "a0"}, 1: {"h": "a1"}, 2: {"h": "a2"}})
+    txlog.record_decision(5, {1: {"h": "b1"}})  # the replay rewrote partition 1
+    s = txlog.state(5)
+    assert len(s.decisions) == 2
+    assert s.decided() == {0: {"h": "a0"}, 1: {"h": "b1"}, 2: {"h": "a2"}}
+
+
+def test_decisions_ordered_numerically_not_lexicographically(txlog):
+    # decision-10/11 sort before decision-2 as strings: the merge must follow the sequence.
+    for i in range(12):
+        txlog.record_decision(7, {0: {"seq": i}})
+    s = txlog.state(7)
+    assert [d[0]["seq"] for d in s.decisions] == list(range(12))
+    assert s.decided() == {0: {"seq": 11}}
+
+
+def test_batch_state_decided_is_pure_merge():
+    s = BatchState(1, decisions=[{0: {"x": 1}, 1: {"x": 1}}, {1: {"x": 2}}, {2: {"x": 3}}])
+    assert s.decided() == {0: {"x": 1}, 1: {"x": 2}, 2: {"x": 3}}
+    # The decisions themselves are not changed by merging.
+    assert s.decisions[0] == {0: {"x": 1}, 1: {"x": 1}}
+
+
+def test_committed_and_done(txlog):
+    txlog.record_decision(3, {0: {}, 1: {}, 2: {}})
+    txlog.record_committed(3, [0, 2])
+    s = txlog.state(3)
+    assert s.committed == {0, 2}
+    assert not s.done
+    assert txlog.is_partition_committed(3, 0)
+    assert not txlog.is_partition_committed(3, 1)
+    assert txlog.is_partition_committed(3, 2)
+    assert not txlog.is_partition_committed(4, 0)  # other batch
+    txlog.record_done(3)
+    assert txlog.state(3).done
+    # Once done, every partition of the batch counts as committed.
+    assert txlog.is_partition_committed(3, 1)
+    assert txlog.is_partition_committed(3, 99)
+
+
+def test_record_committed_empty_list_writes_nothing(chk, txlog):
+    txlog.record_committed(1, [])
+    assert txlog.batches() == []
+
+
+def test_batches_sorted_numerically_and_pending_excludes_done(chk, txlog):
+    for b in (10, 2, 9):
+        txlog.record_prepared(b, 0, 0, {"b": b})
+    txlog.record_done(9)
+    # Something that is not a batch directory is ignored.
+    os.makedirs(os.path.join(chk, LOG_DIR, "not-a-batch"))
+    assert txlog.batches() == [2, 9, 10]
+    assert txlog.pending() == [2, 10]
+
+
+def test_forget_removes_batch_and_tolerates_missing(chk, txlog):
+    txlog.record_prepared(1, 0, 0, {})
+    txlog.record_decision(1, {0: {}})
+    txlog.forget(1)
+    assert not os.path.exists(_batch_dir(chk, 1))
+    assert txlog.batches() == []
+    txlog.forget(1)  # again: no error
+    txlog.forget(42)  # never existed: no error
+
+
+def test_garbage_collect_only_done_batches_before_keep_from(chk, txlog):
+    for b in range(6):
+        txlog.record_decision(b, {0: {"b": b}})
+        if b != 1:
+            txlog.record_done(b)
+    txlog.garbage_collect(4)
+    # 0, 2, 3 done and < 4: gone; 1 not done: kept; 4, 5 >= keep_from: kept.
+    assert txlog.batches() == [1, 4, 5]
+    assert txlog.pending() == [1]
+    assert txlog.state(1).decided() == {0: {"b": 1}}
+
+
+def test_garbage_collect_keep_from_zero_or_negative_keeps_all(txlog):
+    for b in range(3):
+        txlog.record_done(b)
+    txlog.garbage_collect(0)
+    txlog.garbage_collect(-5)
+    assert txlog.batches() == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def test_no_tmp_files_left_after_writes(chk, txlog):
+    txlog.record_prepared(0, 0, 0, {"a": 1})
+    txlog.record_prepared(0, 1, 0, {"a": 2})
+    txlog.record_decision(0, {0: {"a": 1}, 1: {"a": 2}})
+    txlog.record_committed(0, [0, 1])
+    txlog.record_done(0)
+    files = [os.path.basename(p) for p in _all_files(chk)]
+    assert len(files) == 6
+    assert not [f for f in files if f.startswith(".tmp-")]
+
+
+class _SpyFS:
+    """Delegates to a real pyarrow filesystem, recording output streams and moves."""
+
+    def __init__(self, real: pafs.FileSystem) -> None:
+        self._real = real
+        self.events: list[tuple[str, ...]] = []
+
+    def open_output_stream(self, path, *a, **kw):
+        self.events.append(("open", path))
+        return self._real.open_output_stream(path, *a, **kw)
+
+    def move(self, src, dest):
+        # At the time of the move the final name must not be there yet: readers see nothing.
+        exists = self._real.get_file_info(dest).type != pafs.FileType.NotFound
+        self.events.append(("move", src, dest, "exists" if exists else "absent"))
+        return self._real.move(src, dest)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def test_json_written_to_tmp_name_then_moved_into_place(chk, txlog):
+    spy = _SpyFS(txlog.fs)
+    txlog.fs = spy
+    txlog.record_decision(8, {0: {"h": 1}})
+    opens = [e for e in spy.events if e[0] == "open"]
+    moves = [e for e in spy.events if e[0] == "move"]
+    assert len(opens) == 1 and len(moves) == 1
+    tmp = opens[0][1]
+    directory, base = tmp.rsplit("/", 1)
+    assert base.startswith(".tmp-")
+    assert directory == f"{txlog.root}/8"
+    assert moves[0] == ("move", tmp, f"{txlog.root}/8/decision-0.json", "absent")
+    assert txlog.state(8).decided() == {0: {"h": 1}}
+
+
+def test_stray_tmp_file_is_ignored_by_state(chk, txlog):
+    txlog.record_prepared(2, 0, 0, {"a": 1})
+    # A writer that died mid-write leaves a half file under a temporary name.
+    with open(os.path.join(_batch_dir(chk, 2), ".tmp-deadbeef"), "w") as f:
+        f.write('{"half": ')
+    s = txlog.state(2)
+    assert len(s.prepared) == 1
+    assert s.decisions == [] and s.committed == set() and not s.done
+
+
+# --------------------------------------------------------------------------- filesystems
+
+
+def test_explicit_filesystem_and_relative_root(tmp_path):
+    fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    txlog = TransactionLog("chk", filesystem=fs)
+    assert txlog.root == f"chk/{LOG_DIR}"
+    txlog.record_prepared(0, 3, 0, {"x": 1})
+    txlog.record_decision(0, {3: {"x": 1}})
+    assert os.path.isdir(tmp_path / "chk" / LOG_DIR / "0")
+    assert txlog.state(0).decided() == {3: {"x": 1}}
+    # The same records read back through a URI-built log on the same directory.
+    other = TransactionLog(str(tmp_path / "chk"))
+    assert other.state(0).decided() == {3: {"x": 1}}
+    assert other.batches() == [0]
