@@ -43,7 +43,7 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    stop_after_delay,
+    stop_before_delay,
     wait_exponential,
 )
 
@@ -285,7 +285,9 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
             if self.exactly_once:
                 self._log().record_prepared(batch_id, info.partition_id, info.attempt, handle)
             else:  # at-least-once / none: every task commits its own transaction
-                self._commit(batch_id, {info.partition_id: handle}, recovering=False)
+                lost = self._commit(batch_id, {info.partition_id: handle}, recovering=False)
+                if lost:  # fail the task: Spark's retry writes the partition again
+                    raise TransactionLost(lost, f"{self.sink.describe()} lost a task's commit")
         return PreparedPartition(
             batch_id, info.partition_id, info.attempt, handle,
             rows=rows, bytes=nbytes, write_ms=(time.perf_counter() - started) * 1000,
@@ -313,9 +315,18 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
                         "query stops, and on restart those partitions are written again",
                     )
             txlog.record_done(batchId)
+            self._abort_superseded(txlog, batchId, handles)
             txlog.garbage_collect(batchId - self.settings.retain_batches + 1)
             faults.inject("after_commit", batchId)
         self._log_batch(batchId, prepared, (time.perf_counter() - started) * 1000)
+
+    def _abort_superseded(self, txlog: TransactionLog, batch_id: int, handles: dict[int, Handle]) -> None:
+        """Abort what failed or superseded task attempts prepared: logged, never decided."""
+        if txlog.prepared_count(batch_id) <= len(handles):
+            return  # the common case: one prepared record per committed handle
+        stale = txlog.state(batch_id).undecided_handles()
+        if stale:
+            self.sink.abort(stale)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         handles = [m.handle for m in messages if isinstance(m, PreparedPartition) and m.handle]
@@ -348,7 +359,8 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
             try:
                 self._with_retries(batch_id, lambda g=group: step(batch_id, g))
             except TransactionLost as e:
-                lost.extend(e.partitions)
+                # An atomic store that could not commit committed none of the group.
+                lost.extend(e.partitions if self.sink.commits_per_partition else group)
                 log.warning("%s: batch %d: %s", self.sink.describe(), batch_id, e)
             if txlog is not None:
                 txlog.record_committed(batch_id, [p for p in group if p not in lost])
@@ -363,7 +375,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
             return
         retrying = Retrying(
             retry=retry_if_exception(self.sink.isTransient),
-            stop=stop_after_attempt(s.commit_attempts) | stop_after_delay(s.commit_timeout_ms / 1000),
+            stop=stop_after_attempt(s.commit_attempts) | stop_before_delay(s.commit_timeout_ms / 1000),
             wait=wait_exponential(multiplier=0.2, max=10),
             before_sleep=lambda rs: log.warning(
                 "%s: commit of batch %d failed (attempt %d), retrying: %s",
@@ -400,7 +412,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
             state = txlog.state(batch_id)
             decided = state.decided()
             if not decided:
-                stale = [h for _, h in state.prepared.values()]
+                stale = state.undecided_handles()
                 if stale:
                     log.info("%s: aborting %d undecided handle(s) of batch %d",
                              self.sink.describe(), len(stale), batch_id)
@@ -416,11 +428,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
                     log.info("%s: committing %d decided handle(s) of batch %d left by an "
                              "earlier run", self.sink.describe(), len(todo), batch_id)
                     lost = self._commit(batch_id, todo, recovering=True, txlog=txlog)
-            decided_handles = [json.dumps(h, sort_keys=True) for h in decided.values()]
-            stale = [
-                h for _, h in state.prepared.values()
-                if json.dumps(h, sort_keys=True) not in decided_handles
-            ]
+            stale = state.undecided_handles()
             if stale:
                 self.sink.recoverAndAbort(batch_id, stale)
             if lost:

@@ -47,6 +47,11 @@ class BatchState:
             merged.update(decision)
         return merged
 
+    def undecided_handles(self) -> list[Handle]:
+        """Prepared handles no decision names: failed, superseded or never-decided attempts."""
+        decided = {json.dumps(h, sort_keys=True) for h in self.decided().values()}
+        return [h for _, h in self.prepared.values() if json.dumps(h, sort_keys=True) not in decided]
+
 
 class TransactionLog:
     def __init__(self, checkpoint_location: str, filesystem: pafs.FileSystem | None = None) -> None:
@@ -87,6 +92,9 @@ class TransactionLog:
             f"{self._dir(batch_id)}/prepared-{partition}-{attempt}-{uuid.uuid4().hex[:8]}.json",
             json.dumps(handle).encode("utf-8"),
         )
+
+    def prepared_count(self, batch_id: int) -> int:
+        return sum(1 for n in self._names(self._dir(batch_id)) if _PREPARED.match(n))
 
     def is_partition_committed(self, batch_id: int, partition: int) -> bool:
         names = set(self._names(self._dir(batch_id)))
