@@ -16,10 +16,9 @@ __version__ = "0.1.0"
 
 def data_sources() -> list[type]:
     """Every DataSource class this package provides (imported lazily: they import PySpark)."""
-    from sinks.delta import DeltaEosDataSource
-    from sources.kafka_source import KafkaEosDataSource
+    from connectors.formats import ALL
 
-    return [KafkaEosDataSource, DeltaEosDataSource]
+    return list(ALL)
 
 
 def register(spark: "SparkSession") -> None:

@@ -48,20 +48,22 @@ class KafkaInputPartition(InputPartition):
 
 
 class KafkaEosDataSource(DataSource):
-    """Options are validated here, so a bad one fails at `.load()`, before any batch runs."""
+    """The reading side of `kafka-eos`. Options are validated in `schema()`, which Spark calls
+    at `.load()`, so a bad one fails before any batch runs (and writes, which share the format
+    name, are not held to the source's options)."""
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self._raw = dict(options)
-        # Streaming or batch is not known yet: the checks common to both run now, the rest
-        # when Spark asks for a reader.
-        parse_source_options(self._raw, batch=None)
 
     @classmethod
     def name(cls) -> str:
         return FORMAT_NAME
 
     def schema(self) -> str:
+        # Streaming or batch is not known yet: the checks common to both run now, the rest
+        # when Spark asks for a reader.
+        parse_source_options(self._raw, batch=None)
         include = str(self._raw.get("includeheaders", "false")).strip().lower() == "true"
         return SPARK_SCHEMA_DDL + (HEADERS_DDL if include else "")
 
