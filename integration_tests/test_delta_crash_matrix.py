@@ -35,7 +35,7 @@ from integration_tests.processes import (
 from integration_tests.streaming import wait_for
 from sinks.faults import ENV
 
-PIPELINE = "integration_tests.pipelines.kafka_to_delta"
+PIPELINE = "integration_tests.pipelines.eos_pipeline"
 PARTITIONS, PER_PARTITION = 3, 100  # 300 records; 50 per trigger: 6 batches
 
 

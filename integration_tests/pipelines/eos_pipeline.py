@@ -1,8 +1,8 @@
-"""Kafka -> `kafka-eos` source -> `delta-eos` sink, as its own process so that the crash
-matrix can SIGKILL it (driver JVM included) and restart it on the same checkpoint.
+"""Kafka -> `kafka-eos` source -> `delta-eos` or `kafka-eos` sink, as its own process so that
+the crash matrix can SIGKILL it (driver JVM included) and restart it on the same checkpoint.
 
-    python -m integration_tests.pipelines.kafka_to_delta --bootstrap B --topic T \\
-        --checkpoint C --table P [--mode drain|continuous] [--master local[2,4]]
+    python -m integration_tests.pipelines.eos_pipeline --bootstrap B --topic T --checkpoint C \\
+        (--table PATH | --out-topic TOPIC) [--mode drain|continuous] [--master local[2,4]]
 
 Fault points come from KAFKA_EOS_FAULTS (sinks/faults.py); this script names its own process
 group in KAFKA_EOS_KILL_PGID so that a fault inside a Python worker kills the whole pipeline.
@@ -17,12 +17,15 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--bootstrap", required=True)
 ap.add_argument("--topic", required=True)
 ap.add_argument("--checkpoint", required=True)
-ap.add_argument("--table", required=True)
+sink = ap.add_mutually_exclusive_group(required=True)
+sink.add_argument("--table", help="delta-eos: the table's path")
+sink.add_argument("--out-topic", help="kafka-eos: the output topic")
 ap.add_argument("--mode", choices=["drain", "continuous"], default="drain")
 ap.add_argument("--master", default="local[2,4]")  # 4 task attempts: a failed task is retried
 ap.add_argument("--max-per-trigger", default="50")
 ap.add_argument("--poll-timeout-ms", default="20000")
 ap.add_argument("--guarantee", default="exactly-once")
+ap.add_argument("--transactional-id-prefix", default=None)
 args = ap.parse_args()
 
 os.environ[PGID_ENV] = str(os.getpgrp())
@@ -35,7 +38,7 @@ if os.environ.get(ENV):
 
 from connectors.testing import local_spark  # noqa: E402  (after the environment is set)
 
-spark = local_spark("kafka-to-delta", master=args.master, conf=conf)
+spark = local_spark("eos-pipeline", master=args.master, conf=conf)
 events = (
     spark.readStream.format("kafka-eos")
     .option("kafka.bootstrap.servers", args.bootstrap)
@@ -44,15 +47,27 @@ events = (
     .option("maxOffsetsPerTrigger", args.max_per_trigger)
     .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
     .load()
-    .selectExpr(
-        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
-        "partition", "offset", "timestamp",
-    )
 )
+if args.table:
+    writer = (
+        events.selectExpr(
+            "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+            "partition", "offset", "timestamp",
+        )
+        .writeStream.format("delta-eos")
+        .option("path", args.table)
+    )
+else:
+    writer = (
+        events.select("key", "value")
+        .writeStream.format("kafka-eos")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("topic", args.out_topic)
+    )
+    if args.transactional_id_prefix:
+        writer = writer.option("transactionalIdPrefix", args.transactional_id_prefix)
 writer = (
-    events.writeStream.format("delta-eos")
-    .option("path", args.table)
-    .option("checkpointLocation", args.checkpoint)
+    writer.option("checkpointLocation", args.checkpoint)
     .option("deliveryGuarantee", args.guarantee)
     .option("commitTimeout", "60s")
 )

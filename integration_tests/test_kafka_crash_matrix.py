@@ -1,0 +1,152 @@
+"""The crash matrix for Kafka -> `kafka-eos` source -> `kafka-eos` sink (DESIGN.md section 8),
+checked record by record with the marker-applying oracle (integration_tests/kafka_oracle.py):
+every input record exactly once among the committed output records, and no transaction left
+open. Plus: fencing of a zombie writer, and two queries with different prefixes on one topic.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from integration_tests.kafka_data import create_topic, produce, unique_topic
+from integration_tests.kafka_oracle import committed, read_partition
+from integration_tests.processes import kill_group, log_tail, run_pipeline, start_pipeline, wait_exit
+from integration_tests.streaming import wait_for
+from sinks.faults import ENV
+
+PIPELINE = "integration_tests.pipelines.eos_pipeline"
+PARTITIONS, PER_PARTITION = 3, 100
+
+
+@pytest.fixture
+def pipeline(bootstrap, tmp_path):
+    topic, out = unique_topic("kin"), unique_topic("kout")
+    create_topic(bootstrap, topic, PARTITIONS)
+    create_topic(bootstrap, out, PARTITIONS)
+    expected = produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
+    paths = {"checkpoint": str(tmp_path / "ckpt"), "log": str(tmp_path / "pipeline.log")}
+    args = ["--bootstrap", bootstrap, "--topic", topic, "--checkpoint", paths["checkpoint"],
+            "--out-topic", out]
+    return args, paths, expected, out
+
+
+def assert_exactly_once_in_topic(bootstrap: str, out: str, expected) -> None:
+    got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
+    want = collections.Counter((r.key, r.value) for r in expected)
+    dupes = {k: n for k, n in got.items() if n > 1}
+    assert not dupes, f"{len(dupes)} records committed more than once, e.g. {list(dupes)[:3]}"
+    missing = sorted(set(want) - set(got))
+    assert not missing, f"{len(missing)} records missing, e.g. {missing[:3]}"
+    assert got == want
+    for p in range(PARTITIONS):
+        assert read_partition(bootstrap, out, p).open == [], f"open transaction left in {out}-{p}"
+
+
+def _verify(bootstrap, paths, expected, out):
+    assert_exactly_once_in_topic(bootstrap, out, expected)
+    log_dir = os.path.join(paths["checkpoint"], "eos-sink")
+    pending = [b for b in os.listdir(log_dir) if not os.path.exists(os.path.join(log_dir, b, "done"))]
+    assert not pending, f"batches left pending in the transaction log: {pending}"
+
+
+KILL_POINTS = ["task_write", "after_precommit", "after_decision", "after_some_commits", "after_commit"]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_kill_at_protocol_point_then_restart(bootstrap, pipeline, point):
+    args, paths, expected, out = pipeline
+    proc = start_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: f"{point}@2"})
+    rc = wait_exit(proc, paths["log"])
+    assert rc == -signal.SIGKILL, f"the fault at {point} should have killed the run:\n{log_tail(paths['log'])}"
+    assert len(committed(bootstrap, out)) < len(expected)
+    run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    _verify(bootstrap, paths, expected, out)
+
+
+def test_task_failure_is_retried_by_spark(bootstrap, pipeline):
+    args, paths, expected, out = pipeline
+    run_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: "task_fail@1/0"})
+    assert "injected task failure at batch 1 partition 0" in log_tail(paths["log"], 10**7)
+    _verify(bootstrap, paths, expected, out)
+
+
+def test_random_kills_then_restart(bootstrap, pipeline):
+    args, paths, expected, out = pipeline
+    rng = random.Random(int(os.environ.get("CHAOS_SEED", "5")))
+    for _ in range(3):
+        proc = start_pipeline(PIPELINE, *args, "--max-per-trigger", "20", log_path=paths["log"])
+        time.sleep(rng.uniform(8, 20))
+        kill_group(proc)
+    run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    _verify(bootstrap, paths, expected, out)
+
+
+def test_broker_frozen_longer_than_poll_timeout(bootstrap, broker, pipeline):
+    if broker.pid is None:
+        pytest.skip(f"the {broker.kind} broker runs outside this machine's process table")
+    args, paths, expected, out = pipeline
+    args = [*args, "--poll-timeout-ms", "3000", "--max-per-trigger", "20"]
+    proc = start_pipeline(PIPELINE, *args, log_path=paths["log"])
+    try:
+        wait_for(lambda: len(committed(bootstrap, out)) > 0, 180, "the first committed batch")
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            time.sleep(10)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        rc = wait_exit(proc, paths["log"])
+    finally:
+        kill_group(proc)
+    if rc != 0:
+        run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    _verify(bootstrap, paths, expected, out)
+
+
+def test_zombie_writer_with_the_same_id_is_fenced(bootstrap, pipeline):
+    """A zombie task of an earlier run (same transactional id) holds an open transaction; the
+    live query's producer for that partition fences it, and its records never count."""
+    args, paths, expected, out = pipeline
+    prefix = "zombie-test"
+    zombie = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}-0"})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for i in range(5):
+        zombie.produce(out, key=b"zombie", value=f"z{i}".encode(), partition=0)
+    zombie.flush(10)
+    run_pipeline(PIPELINE, *args, "--transactional-id-prefix", prefix, log_path=paths["log"])
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(10)
+    assert not [r for r in committed(bootstrap, out) if r.key == b"zombie"]
+    assert_exactly_once_in_topic(bootstrap, out, expected)
+
+
+def test_two_queries_with_different_prefixes_share_a_topic(spark, bootstrap, tmp_path):
+    out = unique_topic("shared")
+    create_topic(bootstrap, out, 2)
+    expected, queries = [], []
+    for name in ("a", "b"):
+        topic = unique_topic(f"src{name}")
+        create_topic(bootstrap, topic, 2)
+        expected += produce(bootstrap, topic, 2, 60)
+        queries.append(
+            spark.readStream.format("kafka-eos")
+            .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+            .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "30").load()
+            .select("key", "value")
+            .writeStream.format("kafka-eos")
+            .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+            .option("checkpointLocation", str(tmp_path / f"ckpt-{name}"))
+            .trigger(availableNow=True).start()
+        )
+    for q in queries:
+        q.awaitTermination(300)
+        assert q.exception() is None
+    got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
+    assert got == collections.Counter((r.key, r.value) for r in expected)
