@@ -79,6 +79,7 @@ class DeltaTxn:
 
 class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
     commits_per_partition = False
+    commit_empty_batches = True  # txn version == Spark's last batch, rows or not
 
     def __init__(self, settings: SinkSettings, options: DeltaOptions, schema: pa.Schema) -> None:
         super().__init__(settings)

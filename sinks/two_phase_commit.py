@@ -135,6 +135,11 @@ class TwoPhaseCommitSink(ABC, Generic[Txn]):
     #: of the whole batch (Delta): decides whether partitions are marked committed singly.
     commits_per_partition: bool = False
 
+    #: True for stores that record the batch id itself (Delta's txn action): `commit` is then
+    #: called for a batch that wrote no rows too (one that read only transaction markers), so
+    #: the store's record of the last batch keeps up with Spark's.
+    commit_empty_batches: bool = False
+
     def __init__(self, settings: SinkSettings) -> None:
         self.settings = settings
 
@@ -306,7 +311,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
             if handles:
                 txlog.record_decision(batchId, handles)
             faults.inject("after_decision", batchId)
-            if handles:
+            if handles or self.sink.commit_empty_batches:
                 lost = self._commit(batchId, handles, recovering=False, txlog=txlog)
                 if lost:
                     raise TransactionLost(
