@@ -106,7 +106,6 @@ class KafkaTxn:
     transactional_id: str | None
     stats: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
-    partitions: set = field(default_factory=set)
 
 
 class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
@@ -122,22 +121,27 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
     # -- task side --------------------------------------------------------------------------
 
     def beginTransaction(self, context: TaskInfo) -> KafkaTxn:
-        conf = dict(self.options.kafka_conf)
-        if self.settings.guarantee == EXACTLY_ONCE:
-            tid = f"{self.options.prefix}-{context.partition_id}"
-            txn = KafkaTxn(context, None, tid)
-            conf.update({
-                "transactional.id": tid,
-                "statistics.interval.ms": "100",
-                "stats_cb": lambda s: txn.stats.update(json.loads(s).get("eos", {})),
-            })
-            txn.producer = Producer(conf)
+        exactly_once = self.settings.guarantee == EXACTLY_ONCE
+        tid = f"{self.options.prefix}-{context.partition_id}" if exactly_once else None
+        txn = KafkaTxn(context, None, tid)
+        conf: dict[str, Any] = dict(self.options.kafka_conf)
+        conf.update({
+            # Delivery reports for failures only: no Python callback per record on the hot path.
+            "delivery.report.only.error": True,
+            "on_delivery": lambda err, msg: txn.errors.append(err),
+            # Statistics carry the producer id and epoch (eos) and the partitions written.
+            "statistics.interval.ms": "100",
+            "stats_cb": lambda s: txn.stats.update(json.loads(s)),
+        })
+        if exactly_once:
+            conf["transactional.id"] = tid
+        elif self.settings.guarantee == AT_LEAST_ONCE:
+            conf.setdefault("enable.idempotence", "true")
+        txn.producer = Producer(conf)
+        if exactly_once:
             txn.producer.init_transactions(30)  # fences and aborts what a crashed run left
             txn.producer.begin_transaction()
-            return txn
-        if self.settings.guarantee == AT_LEAST_ONCE:
-            conf.setdefault("enable.idempotence", "true")
-        return KafkaTxn(context, Producer(conf), None)
+        return txn
 
     def invoke(self, txn: KafkaTxn, batch: pa.RecordBatch) -> None:
         names = batch.schema.names
@@ -149,15 +153,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
         default_topic = self.options.topic
         producer = txn.producer
-
-        def on_delivery(err, msg):
-            if err is not None:
-                txn.errors.append(err)
-            else:
-                txn.partitions.add((msg.topic(), msg.partition()))
-
         for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers):
-            kwargs: dict[str, Any] = {"value": value, "key": key, "on_delivery": on_delivery}
+            kwargs: dict[str, Any] = {"value": value, "key": key}
             if part is not None:
                 kwargs["partition"] = part
             if hdrs:
@@ -178,16 +175,22 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 raise TimeoutError(f"{self.describe()}: records not delivered within flushTimeout")
         if txn.errors:
             raise KafkaException(txn.errors[0])
-        handle: Handle = {"partitions": sorted([t, p] for t, p in txn.partitions)}
+        # Statistics taken after the flush count every record of this transaction.
+        txn.stats.clear()
+        while "topics" not in txn.stats or (
+            txn.transactional_id is not None
+            and txn.stats.get("eos", {}).get("txn_state") != "InTransaction"
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.describe()}: librdkafka reported no statistics")
+            producer.poll(0.05)
+        handle: Handle = {"partitions": _partitions_written(txn.stats)}
         if txn.transactional_id is not None:
-            while txn.stats.get("producer_id", -1) < 0 or txn.stats.get("txn_state") != "InTransaction":
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{self.describe()}: producer id not reported by librdkafka")
-                producer.poll(0.05)
+            eos = txn.stats["eos"]
             handle.update({
                 "transactional_id": txn.transactional_id,
-                "producer_id": txn.stats["producer_id"],
-                "producer_epoch": txn.stats["producer_epoch"],
+                "producer_id": eos["producer_id"],
+                "producer_epoch": eos["producer_epoch"],
             })
         # Drop the producer without committing: the transaction stays open on the broker
         # until the driver ends it (DESIGN.md section 4).
@@ -225,6 +228,15 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             except TransientTxnError as e:
                 # A newer producer with this id fences the transaction anyway.
                 log.warning("%s: could not abort %s: %s", self.describe(), h["transactional_id"], e)
+
+
+def _partitions_written(stats: dict) -> list[list]:
+    return sorted(
+        [topic, int(p)]
+        for topic, t in stats.get("topics", {}).items()
+        for p, part in t.get("partitions", {}).items()
+        if int(p) >= 0 and part.get("txmsgs", 0) > 0
+    )
 
 
 def _prepared(h: Handle) -> PreparedTxn:

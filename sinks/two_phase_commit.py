@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 import traceback
@@ -54,6 +55,9 @@ from sinks.txn_log import Handle, TransactionLog
 log = logging.getLogger("kafka_eos.sink")
 
 EXACTLY_ONCE, AT_LEAST_ONCE, NONE = "exactly-once", "at-least-once", "none"
+#: If set (in the environment Spark's Python workers inherit), the driver appends each batch's
+#: log line as JSON to this local file.
+METRICS_ENV = "KAFKA_EOS_METRICS_FILE"
 GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE, NONE)
 
 Txn = TypeVar("Txn")
@@ -465,3 +469,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
             },
         }
         log.info("batch committed %s", json.dumps(line))
+        metrics_file = os.environ.get(METRICS_ENV)
+        if metrics_file:  # one JSON line per batch, for benchmarks and dashboards
+            with open(metrics_file, "a") as f:
+                f.write(json.dumps(line) + "\n")
