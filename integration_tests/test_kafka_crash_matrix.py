@@ -70,6 +70,28 @@ def test_kill_at_protocol_point_then_restart(bootstrap, pipeline, point):
     _verify(bootstrap, paths, expected, out)
 
 
+def test_lost_transaction_is_detected_and_its_partition_rewritten(bootstrap, broker, pipeline):
+    """A decided transaction that the broker aborted before the driver could commit it (what
+    transaction.timeout.ms does; here: fenced by a new producer with the same id, which leaves
+    the same state) is detected on recovery, logged, and its partition written again."""
+    if not broker.supports("endtxn_fenced_error"):
+        pytest.skip(
+            f"the {broker.kind} broker closes the connection on EndTxn with a fenced epoch "
+            "instead of answering PRODUCER_FENCED, so a lost transaction is indistinguishable "
+            "from an outage there (the sink then fails loudly, as it must)"
+        )
+    args, paths, expected, out = pipeline
+    prefix = unique_topic("lost")
+    args = [*args, "--transactional-id-prefix", prefix]
+    proc = start_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: "after_decision@2"})
+    assert wait_exit(proc, paths["log"]) == -signal.SIGKILL, log_tail(paths["log"])
+    for p in range(PARTITIONS):  # abort batch 2's prepared transactions behind the sink's back
+        Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}-{p}"}).init_transactions(30)
+    run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    assert "were lost before their commit" in log_tail(paths["log"], 10**7)
+    _verify(bootstrap, paths, expected, out)
+
+
 def test_task_failure_is_retried_by_spark(bootstrap, pipeline):
     args, paths, expected, out = pipeline
     run_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: "task_fail@1/0"})

@@ -34,7 +34,7 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa

@@ -45,6 +45,8 @@ TANSU_CAPABILITIES = {
     "delete_records": False,
     "read_committed_hides_aborted": False,
     "transaction_timeout": False,
+    # EndTxn with a fenced epoch: the connection is closed instead of PRODUCER_FENCED.
+    "endtxn_fenced_error": False,
 }
 
 
