@@ -27,7 +27,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connectors.options import OptionError, Options
-from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings, TaskInfo, TwoPhaseCommitSink
+from sinks.two_phase_commit import (
+    EXACTLY_ONCE,
+    SinkSettings,
+    TaskInfo,
+    TwoPhaseCommitSink,
+    qualify_path,
+)
 from sinks.txn_log import Handle
 
 log = logging.getLogger("kafka_eos.sink.delta")
@@ -55,7 +61,7 @@ class DeltaOptions:
             origin = settings.checkpoint_location or path
             app_id = "delta-eos-" + hashlib.sha256(origin.encode()).hexdigest()[:16]
         return cls(
-            path=path.rstrip("/"),
+            path=qualify_path(path.rstrip("/")),
             partition_by=partition_by,
             merge_schema=opts.get_bool("mergeSchema", False),
             app_id=app_id,

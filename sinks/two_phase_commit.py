@@ -78,6 +78,14 @@ class CommitTimeoutError(RuntimeError):
     """The commit of a batch did not finish within commitTimeoutMs: the batch fails loudly."""
 
 
+def qualify_path(path: str | None) -> str | None:
+    """A relative local path made absolute on the driver (where Spark resolves it too), so
+    that tasks in other working directories, and pyarrow.fs, see the same place."""
+    if not path or "://" in path or os.path.isabs(path):
+        return path
+    return os.path.abspath(path)
+
+
 @dataclass(frozen=True)
 class SinkSettings:
     """Options every two-phase-commit sink takes."""
@@ -92,7 +100,7 @@ class SinkSettings:
     @classmethod
     def from_options(cls, name: str, opts: Options) -> "SinkSettings":
         guarantee = opts.get_choice("deliveryGuarantee", GUARANTEES, EXACTLY_ONCE)
-        checkpoint = opts.get("checkpointLocation")
+        checkpoint = qualify_path(opts.get("checkpointLocation"))
         if guarantee == EXACTLY_ONCE and not checkpoint:
             raise OptionError(
                 "checkpointLocation",

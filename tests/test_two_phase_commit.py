@@ -929,3 +929,14 @@ def test_batch_log_line_counts_written_partitions(chk, caplog):
     assert line["skipped_partitions"] == [1]
     assert line["slowest_partition"] == 2
     assert set(line["partitions"]) == {"0", "2"}
+
+
+def test_relative_checkpoint_location_is_made_absolute_on_the_driver(tmp_path, monkeypatch):
+    from sinks.two_phase_commit import qualify_path
+
+    monkeypatch.chdir(tmp_path)
+    settings = SinkSettings.from_options("s", Options({"checkpointLocation": "ckpt/q1"}))
+    assert settings.checkpoint_location == str(tmp_path / "ckpt" / "q1")
+    assert qualify_path("s3://bucket/ckpt") == "s3://bucket/ckpt"
+    assert qualify_path("/abs/ckpt") == "/abs/ckpt"
+    assert qualify_path(None) is None
