@@ -104,7 +104,9 @@ class TransactionLog:
 
     def record_decision(self, batch_id: int, handles: dict[int, Handle]) -> None:
         """The decision point: once this file exists, these handles will be committed."""
-        seq = len(self.state(batch_id).decisions)
+        # Count decision files by name: reading the whole state would parse every prepared
+        # handle of the batch on the commit path just to number this record.
+        seq = sum(1 for n in self._names(self._dir(batch_id)) if _DECISION.match(n))
         doc = {"batch": batch_id, "handles": {str(p): h for p, h in handles.items()}}
         self._write(f"{self._dir(batch_id)}/decision-{seq}.json", json.dumps(doc).encode("utf-8"))
 
