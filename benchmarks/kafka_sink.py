@@ -1,124 +1,118 @@
-"""`kafka-eos` sink figures as ratios in one run (DESIGN.md section 9):
+"""`kafka-eos` sink figures (DESIGN.md section 9).
 
-* exactly-once against at-least-once throughput (same input, same pipeline);
-* the commit phase's latency per batch (median, 95th percentile), from the sink's own
-  per-batch log line (`commit_ms`: decision record, EndTxn per partition, done marker);
-* a raw idempotent confluent-kafka producer writing the same records, for scale.
+The sink is fed by Spark's own file source over pre-written Parquet (cheap, in the JVM), so the
+figures are about the sink, not about the Kafka source:
 
-    python -m benchmarks.kafka_sink [--records 200000] [--partitions 2] [--value-bytes 100]
+* throughput, exactly-once, against raw idempotent confluent-kafka producers writing the same
+  records with the same parallelism (one process per Spark task), timed from the first
+  produce() to the end of flush();
+* the same pipeline into a Python no-op sink (`bench-noop`): what Spark costs before any sink
+  code runs;
+* exactly-once against at-least-once at a 1-second processing-time trigger;
+* the commit phase's latency per batch (driver: decision record, EndTxn per partition, done
+  marker), from the sink's own batch lines.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
-import statistics
 import tempfile
-import time
 
-from confluent_kafka import Producer
-
-from benchmarks.source_throughput import produce_fixed
-from connectors.testing import kafka_broker, local_spark
-from sinks.two_phase_commit import METRICS_ENV
-from integration_tests.kafka_data import create_topic, unique_topic
-
-
-
-METRICS_FILE = os.path.join(tempfile.mkdtemp(prefix="bench-kafka-"), "batches.jsonl")
-os.environ[METRICS_ENV] = METRICS_FILE  # before Spark starts: its Python workers inherit it
-
-
-def batch_lines(sink_prefix: str) -> list[dict]:
-    with open(METRICS_FILE) as f:
-        lines = [json.loads(line) for line in f]
-    return [line for line in lines if line["sink"] == f"kafka-eos[{sink_prefix}]"]
+from benchmarks.common import (
+    ParquetInput,
+    batch_lines,
+    file_stream,
+    in_processes,
+    median,
+    pct,
+    ratio,
+    raw_produce,
+    run_query,
+    start,
+)
+from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
 
 
-def run_sink(spark, bs: str, src: str, guarantee: str, partitions: int, per_trigger: int) -> dict:
-    out = unique_topic(f"bench-{guarantee}")
-    create_topic(bs, out, partitions)
-    prefix = f"bench-{guarantee}-{out}"
+def run_sink(spark, bootstrap: str, inp: ParquetInput, *, guarantee: str, partitions: int,
+             files_per_trigger: int, trigger_s: float | None, noop: bool = False) -> dict:
+    out = unique_topic(f"bench-out-{guarantee}")
+    create_topic(bootstrap, out, partitions)
+    prefix = f"bench-{out}"
     with tempfile.TemporaryDirectory() as ckpt:
-        query = (
-            spark.readStream.format("kafka-eos")
-            .option("kafka.bootstrap.servers", bs).option("subscribe", src)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(per_trigger)).load()
-            .select("key", "value")
-            .writeStream.format("kafka-eos")
-            .option("kafka.bootstrap.servers", bs).option("topic", out)
-            .option("deliveryGuarantee", guarantee).option("transactionalIdPrefix", prefix)
-            .option("checkpointLocation", ckpt)
-            .trigger(availableNow=True).start()
-        )
-        query.awaitTermination()
-        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    lines = batch_lines(prefix)
-    commit_ms = [line["commit_ms"] for line in lines if line["rows"] > 0]
-    rows = sum(p["numInputRows"] for p in progress)
-    seconds = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
-    return {"rows": rows, "rows_per_s": rows / seconds, "commit_ms": commit_ms}
+        df = file_stream(spark, inp, files_per_trigger).select("key", "value")
+        if noop:
+            writer = df.writeStream.format("bench-noop")
+        else:
+            writer = (
+                df.writeStream.format("kafka-eos")
+                .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+                .option("deliveryGuarantee", guarantee)
+                .option("transactionalIdPrefix", prefix)
+            )
+        run = run_query(start(writer.option("checkpointLocation", ckpt), trigger_s=trigger_s),
+                        inp.rows)
+    delete_topic(bootstrap, out)
+    lines = [] if noop else batch_lines(f"kafka-eos[{prefix}]")
+    return {
+        "rows_per_s": run.rows_per_s,
+        "batches": run.batches,
+        "commit_ms": [line["commit_ms"] for line in lines if line["rows"] > 0],
+        "tasks": max((len(line["partitions"]) for line in lines), default=0),
+    }
 
 
-def raw_producer(bs: str, records: int, partitions: int, size: int) -> float:
+def measure(spark, bootstrap: str, inp: ParquetInput, *, partitions: int, files_per_batch: int,
+            files_per_trigger_1s: int, value_bytes: int) -> dict:
+    # Warm-up, not measured: workers, JIT, the broker's transaction coordinator.
+    run_sink(spark, bootstrap, inp, guarantee="exactly-once", partitions=partitions,
+             files_per_trigger=files_per_batch, trigger_s=None)
+
+    big = dict(partitions=partitions, files_per_trigger=files_per_batch, trigger_s=None)
+    eo = run_sink(spark, bootstrap, inp, guarantee="exactly-once", **big)
+    noop = run_sink(spark, bootstrap, inp, guarantee="none", noop=True, **big)
+
+    # Raw idempotent producers, one per Spark task, each writing the files its task would.
     out = unique_topic("bench-raw")
-    create_topic(bs, out, partitions)
-    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 5})
-    payload = b"x" * size
-    t = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                p.produce(out, key=str(i).encode(), value=payload)
-                break
-            except BufferError:
-                p.poll(0.05)
-    p.flush(120)
-    return records / (time.perf_counter() - t)
+    create_topic(bootstrap, out, partitions)
+    procs = max(1, eo["tasks"])
+    shares = [inp.files[i::procs] for i in range(procs)]
+    results = in_processes(raw_produce, [(bootstrap, out, share) for share in shares])
+    delete_topic(bootstrap, out)
+    assert sum(n for n, _ in results) == inp.rows
+    raw = inp.rows / max(s for _, s in results)
 
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--partitions", type=int, default=2)
-    ap.add_argument("--value-bytes", type=int, default=100)
-    ap.add_argument("--per-trigger", type=int, default=20_000)
-    args = ap.parse_args()
-    with kafka_broker() as broker:
-        bs = broker.bootstrap_servers
-        src = unique_topic("bench-src")
-        create_topic(bs, src, args.partitions)
-        produce_fixed(bs, src, args.partitions, args.records // args.partitions, args.value_bytes)
-        spark = local_spark("bench-kafka-sink")
-        run_sink(spark, bs, src, "exactly-once", args.partitions, args.per_trigger)  # warm-up
-        eo = run_sink(spark, bs, src, "exactly-once", args.partitions, args.per_trigger)
-        alo = run_sink(spark, bs, src, "at-least-once", args.partitions, args.per_trigger)
-        spark.stop()
-        raw = raw_producer(bs, eo["rows"], args.partitions, args.value_bytes)
-    print(json.dumps({
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "broker": broker.kind,
-        "records": eo["rows"],
-        "partitions": args.partitions,
-        "records_per_batch": args.per_trigger,
+    # Exactly-once against at-least-once at a 1-second trigger, alternating, best of two each.
+    small = dict(partitions=partitions, files_per_trigger=files_per_trigger_1s, trigger_s=1.0)
+    eo_1s, alo_1s = [], []
+    for _ in range(2):
+        eo_1s.append(run_sink(spark, bootstrap, inp, guarantee="exactly-once", **small))
+        alo_1s.append(run_sink(spark, bootstrap, inp, guarantee="at-least-once", **small))
+    eo1 = max(r["rows_per_s"] for r in eo_1s)
+    alo1 = max(r["rows_per_s"] for r in alo_1s)
+    commit_ms = [ms for r in eo_1s for ms in r["commit_ms"]]
+    return {
+        "records": inp.rows,
+        "value_bytes": value_bytes,
+        "topic_partitions": partitions,
+        "spark_tasks": eo["tasks"],
+        "batches": eo["batches"],
+        "raw_producer_processes": procs,
+        "raw_idempotent_producers_rows_per_s": round(raw),
         "exactly_once_rows_per_s": round(eo["rows_per_s"]),
-        "at_least_once_rows_per_s": round(alo["rows_per_s"]),
-        "raw_idempotent_producer_rows_per_s": round(raw),
-        "ratio_exactly_once_vs_at_least_once": round(eo["rows_per_s"] / alo["rows_per_s"], 3),
-        "ratio_exactly_once_vs_raw_producer": round(eo["rows_per_s"] / raw, 3),
-        "commit_phase_ms_median": round(statistics.median(eo["commit_ms"]), 1),
-        "commit_phase_ms_p95": round(pct(eo["commit_ms"], 0.95), 1),
-        "batches_measured": len(eo["commit_ms"]),
-    }, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+        "python_noop_sink_rows_per_s": round(noop["rows_per_s"]),
+        "ratio_vs_raw_producer": ratio(eo["rows_per_s"], raw),
+        "ratio_noop_pipeline_vs_raw_producer": ratio(noop["rows_per_s"], raw),
+        "trigger_1s": {
+            "rows_per_batch": files_per_trigger_1s * inp.rows_per_file,
+            "batches": eo_1s[0]["batches"],
+            "exactly_once_rows_per_s": round(eo1),
+            "at_least_once_rows_per_s": round(alo1),
+            "exactly_once_runs": [round(r["rows_per_s"]) for r in eo_1s],
+            "at_least_once_runs": [round(r["rows_per_s"]) for r in alo_1s],
+            "ratio_exactly_once_vs_at_least_once": ratio(eo1, alo1),
+        },
+        "commit_phase_ms": {
+            "batches": len(commit_ms),
+            "median": round(median(commit_ms), 1),
+            "p95": round(pct(commit_ms, 0.95), 1),
+        },
+    }

@@ -1,0 +1,89 @@
+"""The results as one PNG: ratios against the targets, commit latency, worker memory."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+RATIOS = [
+    # (label, path into a size's results, target)
+    ("source /\nraw consumers", ("source", "ratio"), 0.9),
+    ("kafka sink EO /\nraw idem. producers", ("kafka_sink", "ratio_vs_raw_producer"), 0.5),
+    ("delta sink EO /\nwrite_deltalake", ("delta_sink", "ratio_vs_write_deltalake"), 0.7),
+    ("kafka sink\nEO / ALO (1 s)", ("kafka_sink", "trigger_1s", "ratio_exactly_once_vs_at_least_once"), 0.85),
+    ("delta sink\nEO / ALO (1 s)", ("delta_sink", "trigger_1s", "ratio_exactly_once_vs_at_least_once"), 0.85),
+]
+
+
+def _get(d: dict, path: tuple):
+    for k in path:
+        d = d[k]
+    return d
+
+
+def draw(results: dict, path: str) -> None:
+    sizes = list(results["by_value_size"])
+    fig, (ax1, ax2, ax3) = plt.subplots(
+        1, 3, figsize=(17, 5.2), gridspec_kw={"width_ratios": [3.2, 1.4, 1.4]}
+    )
+    width = 0.8 / len(sizes)
+    colors = ["#4C72B0", "#DD8452", "#55A868"]
+    for i, size in enumerate(sizes):
+        vals = [_get(results["by_value_size"][size], p) for _, p, _ in RATIOS]
+        xs = [j + (i - (len(sizes) - 1) / 2) * width for j in range(len(RATIOS))]
+        bars = ax1.bar(xs, vals, width, label=f"{size} values", color=colors[i % 3])
+        for b, v in zip(bars, vals):
+            ax1.text(b.get_x() + b.get_width() / 2, v + 0.01, f"{v:.2f}", ha="center", va="bottom",
+                     fontsize=8)
+    for j, (_, _, target) in enumerate(RATIOS):
+        ax1.hlines(target, j - 0.45, j + 0.45, colors="crimson", linestyles="--", linewidth=1.5,
+                   label="target" if j == 0 else None)
+    ax1.set_xticks(range(len(RATIOS)), [label for label, _, _ in RATIOS], fontsize=8.5)
+    ax1.set_ylabel("ratio (same run)")
+    ax1.set_title("Throughput as ratios against the raw clients")
+    ax1.legend(fontsize=8, loc="upper right")
+    ax1.set_ylim(0, max(1.15, ax1.get_ylim()[1]))
+
+    labels, med, p95 = [], [], []
+    for size in sizes:
+        for sink in ("kafka_sink", "delta_sink"):
+            c = results["by_value_size"][size][sink]["commit_phase_ms"]
+            labels.append(f"{sink.split('_')[0]}\n{size}")
+            med.append(c["median"])
+            p95.append(c["p95"])
+    xs = range(len(labels))
+    ax2.bar([x - 0.2 for x in xs], med, 0.4, label="median", color="#4C72B0")
+    ax2.bar([x + 0.2 for x in xs], p95, 0.4, label="p95", color="#8172B3")
+    ax2.axhline(50, color="crimson", linestyle="--", linewidth=1.5, label="Kafka target (median)")
+    ax2.set_xticks(list(xs), labels, fontsize=8)
+    ax2.set_ylabel("ms per batch")
+    ax2.set_title("Commit phase latency (1 s trigger)")
+    ax2.legend(fontsize=8)
+
+    m = results["worker_memory"]
+    mlabels = [
+        f"{m['records'] // 1000}k rows\n{m['batch_rows'] // 1000}k/batch",
+        f"{m['records'] // 4000}k rows\n{m['batch_rows'] // 1000}k/batch",
+        f"{m['records'] // 1000}k rows\n{m['quarter_batch_rows']['batch_rows'] // 1000}k/batch",
+    ]
+    mvals = [m["full_range"]["growth_mb"], m["quarter_range"]["growth_mb"],
+             m["quarter_batch_rows"]["growth_mb"]]
+    bars = ax3.bar(range(3), mvals, 0.6, color=["#55A868", "#55A868", "#C44E52"])
+    for b, v in zip(bars, mvals):
+        ax3.text(b.get_x() + b.get_width() / 2, v, f"{v:.0f} MB", ha="center", va="bottom", fontsize=8)
+    ax3.set_xticks(range(3), mlabels, fontsize=8)
+    ax3.set_ylabel("peak RSS growth over the imports (MB)")
+    ax3.set_title(f"Worker memory, {m['value_bytes']} B values\n(range {m['range_mb']:.0f} MB)",
+                  fontsize=10)
+
+    mach = results["machine"]
+    fig.suptitle(
+        f"kafka-eos / delta-eos benchmarks: {mach['cpu']}, {mach['cores']} cores, "
+        f"{mach['memory_gb']} GB, {results['broker']} broker, load {results['load_average']['start']}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,299 @@
+"""Helpers shared by the measurements: the machine's description, test data, the raw clients'
+worker processes, timing a streaming query from its own progress, and the sinks' batch lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from connectors.kafka_client import consumer_conf
+from sinks.two_phase_commit import METRICS_ENV
+
+# -- the machine --------------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    """What the figures were measured on: they mean nothing without it."""
+    import confluent_kafka
+    import deltalake
+    import pyspark
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_gb = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "arch": platform.machine(),
+        "cores": os.cpu_count(),
+        "memory_gb": mem_gb,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "pyarrow": pa.__version__,
+        "deltalake": deltalake.__version__,
+        "confluent_kafka": confluent_kafka.version()[0],
+        "librdkafka": confluent_kafka.libversion()[0],
+    }
+
+
+def load_average() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile by the nearest-rank method (no interpolation)."""
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, max(0, int(round(q * (len(values) - 1)))))]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ratio(a: float, b: float) -> float:
+    return round(a / b, 3) if b else float("nan")
+
+
+# -- data ---------------------------------------------------------------------------------------
+
+
+def make_records(rows: int, value_bytes: int, offset: int = 0) -> pa.Table:
+    """Kafka-like rows: a short key, a fixed-size value, an offset."""
+    import numpy as np
+
+    idx = np.arange(offset, offset + rows)
+    keys = pa.array([b"k%d" % i for i in idx.tolist()], pa.binary())
+    blob = (b"0123456789abcdef" * (value_bytes // 16 + 1))[:value_bytes]
+    values = pa.array([blob] * rows, pa.binary())
+    return pa.table({"key": keys, "value": values, "offset": pa.array(idx, pa.int64())})
+
+
+@dataclass
+class ParquetInput:
+    """The same rows as Parquet files for Spark's file source (cheap, in the JVM), and as one
+    Arrow table for the raw clients."""
+
+    directory: str
+    files: list[str]
+    rows_per_file: int
+    table: pa.Table
+    schema_ddl: str = "key binary, value binary, offset long"
+
+    @property
+    def rows(self) -> int:
+        return self.table.num_rows
+
+
+def write_parquet_input(work: str, rows: int, value_bytes: int, rows_per_file: int) -> ParquetInput:
+    files_n = max(1, rows // rows_per_file)
+    table = make_records(files_n * rows_per_file, value_bytes)
+    directory = os.path.join(work, f"input-{value_bytes}")
+    os.makedirs(directory, exist_ok=True)
+    files = []
+    for i in range(files_n):
+        path = os.path.join(directory, f"part-{i:05d}.parquet")
+        # Names sort in write order; the file source takes them oldest first.
+        pq.write_table(table.slice(i * rows_per_file, rows_per_file), path)
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+        files.append(path)
+    return ParquetInput(directory, files, rows_per_file, table)
+
+
+# -- Kafka --------------------------------------------------------------------------------------
+
+
+def produce_fixed(bootstrap: str, topic: str, partitions: int, per_partition: int, size: int) -> None:
+    """Fill each partition, ending it with a single-record batch (DESIGN.md section 6)."""
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+        "compression.type": "none", "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+    })
+    payload = (b"0123456789abcdef" * (size // 16 + 1))[:size]
+    for p in range(partitions):
+        for i in range(per_partition - 1):
+            while True:
+                try:
+                    producer.produce(topic, value=payload, key=b"k%d" % i, partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+    if producer.flush(300) != 0:
+        raise RuntimeError("records not delivered")
+    for p in range(partitions):
+        producer.produce(topic, value=payload, partition=p)
+    if producer.flush(120) != 0:
+        raise RuntimeError("records not delivered")
+
+
+def raw_consume(bootstrap: str, topic: str, partition: int, end: int) -> tuple[int, float]:
+    """One raw consumer on one partition, doing nothing but count what consume() hands over,
+    until the partition's end offset. Same consumer configuration as the source's."""
+    consumer = Consumer(consumer_conf({"bootstrap.servers": bootstrap}))
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    n = 0
+    start = time.perf_counter()
+    while True:
+        msgs = consumer.consume(10_000, timeout=1.0)
+        if msgs:
+            n += len(msgs)
+            if msgs[-1].offset() >= end - 1:
+                break
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return n, elapsed
+
+
+def raw_produce(bootstrap: str, topic: str, parquet_files: list[str]) -> tuple[int, float]:
+    """One raw idempotent producer writing the records of these files (read before the clock
+    starts), keyed like the sink's: the same partitioner picks the partition."""
+    keys, values = [], []
+    for path in parquet_files:
+        t = pq.read_table(path, columns=["key", "value"])
+        keys.extend(t.column("key").to_pylist())
+        values.extend(t.column("value").to_pylist())
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer.list_topics(topic, timeout=10)  # metadata and connection before the clock starts
+    start = time.perf_counter()
+    produce = producer.produce
+    for k, v in zip(keys, values):
+        while True:
+            try:
+                produce(topic, v, k)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(300) != 0:
+        raise RuntimeError("records not delivered")
+    return len(values), time.perf_counter() - start
+
+
+def _call(args):
+    fn, rest = args
+    return fn(*rest)
+
+
+def in_processes(fn, arg_lists: list[tuple]) -> list:
+    """Run fn(*args) for each args in its own fresh process, all at once; return the results."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(len(arg_lists)) as pool:
+        return pool.map(_call, [(fn, a) for a in arg_lists])
+
+
+# -- streaming queries --------------------------------------------------------------------------
+
+
+@dataclass
+class QueryRun:
+    rows: int
+    trigger_s: float  # summed trigger execution time of the batches that moved rows
+    wall_s: float
+    batches: int
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.trigger_s if self.trigger_s else float("nan")
+
+
+def run_query(query, expected_rows: int, *, timeout_s: float = 600) -> QueryRun:
+    """Wait for an availableNow query to end, or a processing-time query to have moved every
+    row (then stop it); time it from its own progress."""
+    wall = time.perf_counter()
+    deadline = time.monotonic() + timeout_s
+    seen: dict[int, dict] = {}
+    while True:
+        for p in query.recentProgress:
+            seen[p["batchId"]] = p
+        done = sum(p["numInputRows"] for p in seen.values()) >= expected_rows
+        if not query.isActive or done:
+            break
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        if time.monotonic() > deadline:
+            query.stop()
+            raise TimeoutError(f"query moved {sum(p['numInputRows'] for p in seen.values())} "
+                               f"of {expected_rows} rows in {timeout_s}s")
+        time.sleep(0.2)
+    wall = time.perf_counter() - wall
+    if query.isActive:
+        query.stop()
+    else:
+        query.awaitTermination()
+    for p in query.recentProgress:
+        seen[p["batchId"]] = p
+    progress = [p for p in seen.values() if p["numInputRows"] > 0]
+    rows = sum(p["numInputRows"] for p in progress)
+    if rows != expected_rows:
+        raise RuntimeError(f"query moved {rows} rows, expected {expected_rows}")
+    trigger_s = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+    return QueryRun(rows, trigger_s, wall, len(progress))
+
+
+def file_stream(spark, inp: ParquetInput, files_per_trigger: int):
+    return (
+        spark.readStream.schema(inp.schema_ddl)
+        .option("maxFilesPerTrigger", files_per_trigger)
+        .parquet(inp.directory)
+    )
+
+
+def start(writer, *, trigger_s: float | None):
+    """availableNow when trigger_s is None, else a processing-time trigger."""
+    if trigger_s is None:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=f"{trigger_s:g} seconds").start()
+
+
+# -- the sinks' batch lines ---------------------------------------------------------------------
+
+
+def metrics_file() -> str:
+    """The sinks' per-batch JSON lines (two_phase_commit.METRICS_ENV). Must be set before Spark
+    starts: its Python workers inherit the environment."""
+    path = os.environ.get(METRICS_ENV)
+    if not path:
+        path = os.path.join(tempfile.mkdtemp(prefix="bench-metrics-"), "batches.jsonl")
+        os.environ[METRICS_ENV] = path
+    return path
+
+
+def batch_lines(sink: str) -> list[dict]:
+    path = metrics_file()
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    return [line for line in lines if line["sink"] == sink]

@@ -1,0 +1,65 @@
+"""`kafka-eos` source throughput against raw confluent-kafka consumers (DESIGN.md section 9).
+
+The same topic is read by a `kafka-eos` streaming query into Spark's no-op sink (one task per
+Kafka partition, availableNow, all of the topic in one micro-batch) and by one raw consumer
+process per partition doing nothing but count what `consume()` hands over: the limit for any
+Python source on this machine. Warm-ups first: the local broker serves the first read of freshly
+produced data several times slower than later reads, and Spark's first batch starts its workers.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+from benchmarks.common import in_processes, produce_fixed, ratio, raw_consume, run_query
+from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+
+
+def spark_read(spark, bootstrap: str, topic: str, rows: int):
+    with tempfile.TemporaryDirectory() as ckpt:
+        query = (
+            spark.readStream.format("kafka-eos")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start()
+        )
+        return run_query(query, rows)
+
+
+def measure(spark, bootstrap: str, *, records: int, partitions: int, value_bytes: int,
+            repeats: int = 2) -> dict:
+    topic = unique_topic(f"bench-src-{value_bytes}")
+    create_topic(bootstrap, topic, partitions)
+    per = records // partitions
+    produce_fixed(bootstrap, topic, partitions, per, value_bytes)
+    rows = per * partitions
+    jobs = [(bootstrap, topic, p, per) for p in range(partitions)]
+
+    # Warm-ups, not measured.
+    in_processes(raw_consume, jobs)
+    spark_read(spark, bootstrap, topic, rows)
+
+    # Alternate raw and Spark so that drift in the machine's load hits both alike; best of each.
+    raw_rates, eos_rates = [], []
+    for _ in range(repeats):
+        results = in_processes(raw_consume, jobs)
+        assert sum(n for n, _ in results) == rows, results
+        raw_rates.append(rows / max(s for _, s in results))
+        eos_rates.append(spark_read(spark, bootstrap, topic, rows).rows_per_s)
+    delete_topic(bootstrap, topic)
+    raw, eos = max(raw_rates), max(eos_rates)
+    return {
+        "records": rows,
+        "partitions": partitions,
+        "value_bytes": value_bytes,
+        "raw_consumers_rows_per_s": round(raw),
+        "kafka_eos_rows_per_s": round(eos),
+        "raw_consumers_runs": [round(r) for r in raw_rates],
+        "kafka_eos_runs": [round(r) for r in eos_rates],
+        "ratio": ratio(eos, raw),
+    }
