@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from integration_tests.kafka_data import create_topic, produce, unique_topic
-from integration_tests.kafka_oracle import committed, read_partition
+from connectors.testing.kafka_oracle import committed, read_partition
 from integration_tests.processes import kill_group, log_tail, run_pipeline, start_pipeline, wait_exit
 from integration_tests.streaming import wait_for
 from sinks.faults import ENV

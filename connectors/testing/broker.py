@@ -93,7 +93,8 @@ def _wait_until_ready(bootstrap: str, proc: subprocess.Popen | None, timeout_s: 
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"local broker exited with status {proc.returncode}")
         try:
-            AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=2)
+            # log_level 0: "connection refused" while the broker starts is expected, not news.
+            AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=2)
             return
         except Exception as e:
             last = e

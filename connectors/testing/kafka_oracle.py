@@ -2,7 +2,8 @@
 applies the COMMIT/ABORT control markers itself, because the local broker's read_committed
 does not hide aborted records (DESIGN.md section 6). A transactional batch from producer P on
 a partition counts only if P's next control marker there is COMMIT; a non-transactional batch
-counts at once. Uses kafka-python's protocol layer and record parser, not the product's code.
+counts at once. Used by the tests and by `connectors demo`. Uses kafka-python's protocol layer
+and record parser, not the product's code.
 """
 
 from __future__ import annotations

@@ -1,0 +1,5 @@
+"""`python -m connectors ...`: see connectors/cli.py."""
+
+from connectors.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""The demo's Spark job: Kafka -> `kafka-eos` source -> parse and enrich -> two exactly-once
+sinks, a `delta-eos` table and a `kafka-eos` topic (one streaming query each, each with its own
+checkpoint).
+
+It runs as its own process group so that `--chaos` can SIGKILL all of it (driver JVM included)
+and restart it on the same checkpoints. It runs on a processing-time trigger until the demo
+creates the stop file; it then stops both queries and drains what is left with
+`Trigger.AvailableNow` on the same checkpoints, in the same JVM, and exits 0.
+
+    python -m connectors.demo.pipeline --bootstrap-servers B --input-topic T --output-topic O \\
+        --table PATH --checkpoints DIR --stop-file FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+DRAIN_MAX_OFFSETS = 50_000
+
+EVENT_SCHEMA = StructType(
+    [
+        StructField("event_id", LongType()),
+        StructField("user_id", LongType()),
+        StructField("action", StringType()),
+        StructField("amount", DoubleType()),
+        StructField("event_time", StringType()),
+    ]
+)
+
+
+def enrich(events: DataFrame) -> DataFrame:
+    """The demo's transformation: parse the JSON value, add the amount in cents and lineage."""
+    parsed = events.select(
+        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
+        F.col("partition").alias("source_partition"),
+        F.col("offset").alias("source_offset"),
+    )
+    return parsed.select(
+        "e.event_id",
+        "e.user_id",
+        F.upper("e.action").alias("action"),
+        F.round(F.col("e.amount") * 100).cast("long").alias("amount_cents"),
+        F.to_timestamp("e.event_time").alias("event_time"),
+        "source_partition",
+        "source_offset",
+    )
+
+
+def start_queries(
+    spark: SparkSession, args: argparse.Namespace, *, drain: bool
+) -> list[StreamingQuery]:
+    # The drain catches up in few, larger batches: each batch costs a commit per partition.
+    limit = max(args.max_offsets_per_trigger, DRAIN_MAX_OFFSETS) if drain else args.max_offsets_per_trigger
+
+    def enriched() -> DataFrame:
+        source = (
+            spark.readStream.format("kafka-eos")
+            .option("kafka.bootstrap.servers", args.bootstrap_servers)
+            .option("subscribe", args.input_topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(limit))
+            .load()
+        )
+        return enrich(source)
+
+    def trigger(writer):
+        if drain:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
+
+    delta = trigger(
+        enriched()
+        .writeStream.format("delta-eos")
+        .queryName("demo-delta")
+        .option("path", args.table)
+        .option("checkpointLocation", os.path.join(args.checkpoints, "delta"))
+    ).start()
+    rows = enriched()
+    kafka = trigger(
+        rows.select(
+            F.col("user_id").cast("string").alias("key"),
+            F.to_json(F.struct(*rows.columns)).alias("value"),
+        )
+        .writeStream.format("kafka-eos")
+        .queryName("demo-kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap_servers)
+        .option("topic", args.output_topic)
+        .option("checkpointLocation", os.path.join(args.checkpoints, "kafka"))
+    ).start()
+    return [delta, kafka]
+
+
+def _await_all(queries: list[StreamingQuery]) -> None:
+    for q in queries:
+        q.awaitTermination()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap-servers", required=True)
+    ap.add_argument("--input-topic", required=True)
+    ap.add_argument("--output-topic", required=True)
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--checkpoints", required=True)
+    ap.add_argument("--stop-file", required=True)
+    ap.add_argument("--trigger-ms", type=int, default=1000)
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=5000)
+    ap.add_argument("--master", default="local[2,4]")  # 4 attempts: a failed task is retried
+    args = ap.parse_args()
+
+    from connectors.testing import local_spark
+
+    spark = local_spark("kafka-eos-demo", master=args.master, conf={"spark.task.maxFailures": "4"})
+    queries = start_queries(spark, args, drain=False)
+    while not os.path.exists(args.stop_file):
+        for q in queries:
+            if q.exception() is not None:  # a failed query fails the job: the demo shows why
+                raise q.exception()
+        time.sleep(0.3)
+    for q in queries:
+        q.stop()
+    _await_all(start_queries(spark, args, drain=True))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

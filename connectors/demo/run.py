@@ -1,0 +1,351 @@
+"""The demo's conductor: a broker, an input topic, the producer, the pipeline process, the chaos
+and the verdict.
+
+The pipeline (`connectors.demo.pipeline`) runs in a process group of its own, so a chaos kill is
+a SIGKILL of the whole group: the driver's Python, its JVM, everything, with no clean-up
+anywhere; the restart runs on the same checkpoints. Progress comes from the sinks' one-line JSON
+records per committed batch (`KAFKA_EOS_METRICS_FILE`); the verdict does not trust them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TextIO
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from connectors.demo import verify
+from connectors.demo.events import EventProducer, sample_events
+from sinks.two_phase_commit import METRICS_ENV
+
+# After a (re)start, a kill waits for the pipeline's first committed batch, then a random delay
+# in this range, so that it lands while batches are in flight; it gives up waiting after
+# KILL_WAIT_LIMIT_S (a pipeline with nothing left to do commits no batch).
+KILL_DELAY_S = (0.2, 3.0)
+KILL_WAIT_LIMIT_S = 60.0
+
+
+class DemoError(Exception):
+    """The demo could not run (not a failed verification): shown as one line."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    bootstrap_servers: str | None = None  # None: start the embedded broker
+    records: int = 20_000
+    rate: float = 500.0
+    partitions: int = 4
+    chaos: int = 0
+    output_dir: str = "kafka-eos-demo"
+    seed: int | None = None
+    trigger_ms: int = 1000
+    max_offsets_per_trigger: int = 5000
+    timeout_s: float = 900.0
+
+
+@dataclass
+class Progress:
+    """Rows and batches per sink, from the metrics file, read incrementally."""
+
+    path: str
+    rows: dict[str, int] = field(default_factory=lambda: {"delta-eos": 0, "kafka-eos": 0})
+    batches: dict[str, int] = field(default_factory=lambda: {"delta-eos": 0, "kafka-eos": 0})
+    _pos: int = 0
+
+    def poll(self) -> None:
+        if not os.path.exists(self.path):
+            return
+        with open(self.path) as f:
+            f.seek(self._pos)
+            for line in f:
+                if not line.endswith("\n"):
+                    break  # a line still being written: read it next time
+                self._pos += len(line)
+                record = json.loads(line)
+                for sink in self.rows:
+                    if record["sink"].startswith(sink):
+                        self.rows[sink] += record["rows"]
+                        self.batches[sink] += 1
+
+    @property
+    def total_batches(self) -> int:
+        return sum(self.batches.values())
+
+
+class Pipeline:
+    """The Spark job as a process group of its own."""
+
+    def __init__(self, args: list[str], log_path: str, env: dict[str, str]) -> None:
+        self.args, self.log_path, self.env = args, log_path, env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "connectors.demo.pipeline", *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,  # its own process group: killpg reaches the JVM too
+            )
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no clean-up runs anywhere."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def poll(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def failure(self, rc: int) -> DemoError:
+        return DemoError(
+            f"the pipeline exited with status {rc}: {_last_error_line(self.log_path)} "
+            f"(full log: {self.log_path})"
+        )
+
+
+def _last_error_line(log_path: str) -> str:
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return "no log"
+    for line in reversed(lines):
+        if "Error" in line or "Exception" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+@contextlib.contextmanager
+def _broker(cfg: DemoConfig, out: TextIO) -> Iterator[str]:
+    if cfg.bootstrap_servers:
+        try:
+            AdminClient(_quiet(cfg.bootstrap_servers)).list_topics(timeout=15)
+        except Exception as exc:
+            raise DemoError(
+                f"cannot reach Kafka at {cfg.bootstrap_servers}: {_error_text(exc)}"
+            ) from None
+        print(f"Kafka: {cfg.bootstrap_servers}", file=out)
+        yield cfg.bootstrap_servers
+        return
+    from connectors.testing.broker import tansu_broker
+
+    try:
+        with tansu_broker() as broker:
+            print(
+                f"Kafka: embedded local broker (Tansu) at {broker.bootstrap_servers}; "
+                "use --bootstrap-servers for a real cluster",
+                file=out,
+            )
+            yield broker.bootstrap_servers
+    except FileNotFoundError as exc:
+        raise DemoError(f"the embedded broker is missing ({exc}); reinstall the package") from None
+
+
+def _create_topics(bootstrap: str, topics: list[str], partitions: int, embedded: bool) -> None:
+    admin = AdminClient(_quiet(bootstrap))
+    # A real cluster picks its own default replication factor (-1); the embedded one has one node.
+    new = [NewTopic(t, partitions, 1 if embedded else -1) for t in topics]
+    for topic, future in admin.create_topics(new).items():
+        try:
+            future.result(timeout=30)
+        except Exception as exc:
+            raise DemoError(f"cannot create topic {topic!r}: {_error_text(exc)}") from None
+
+
+def _error_text(exc: Exception) -> str:
+    """A KafkaException's own message, without the KafkaError{code=...} wrapping."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].str()
+    return str(exc)
+
+
+def _quiet(bootstrap: str) -> dict[str, object]:
+    """Admin calls report their own errors; librdkafka's log lines would garble the progress."""
+    return {"bootstrap.servers": bootstrap, "log_level": 0}
+
+
+def _check_java() -> None:
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        raise DemoError("Java not found: Spark needs Java 17 on PATH or in JAVA_HOME")
+
+
+def run_demo(cfg: DemoConfig, out: TextIO = sys.stdout) -> int:
+    """Run the demo; 0 when both sinks hold every produced record exactly once, 1 otherwise."""
+    _check_java()
+    started = time.monotonic()
+    run_id = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = os.path.abspath(os.path.join(cfg.output_dir, f"run-{run_id}"))
+    run_dir = base
+    for n in range(2, 100):  # two runs in one second get their own directories
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            run_dir = f"{base}-{n}"
+        except OSError as exc:
+            raise DemoError(f"cannot create the output directory {run_dir}: {exc.strerror}") from None
+    try:
+        return _run(cfg, run_dir, started, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rmdir(run_dir)  # only if nothing was written: a failed run keeps its logs
+        raise
+
+
+def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
+    seed = cfg.seed if cfg.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    paths = {
+        "table": os.path.join(run_dir, "events-delta"),
+        "checkpoints": os.path.join(run_dir, "checkpoints"),
+        "metrics": os.path.join(run_dir, "batches.jsonl"),
+        "log": os.path.join(run_dir, "pipeline.log"),
+        "stop": os.path.join(run_dir, "STOP"),
+    }
+    run_id = os.path.basename(run_dir).removeprefix("run-")
+    input_topic, output_topic = f"eos-demo-{run_id}-events", f"eos-demo-{run_id}-enriched"
+    print(f"Output: {run_dir} (seed {seed})", file=out)
+
+    with _broker(cfg, out) as bootstrap:
+        _create_topics(bootstrap, [input_topic, output_topic], cfg.partitions,
+                       embedded=not cfg.bootstrap_servers)
+        events = sample_events(cfg.records, users=max(100, cfg.partitions * 25), seed=seed)
+        producer = EventProducer(bootstrap, input_topic, cfg.partitions, events, cfg.rate)
+        pipeline = Pipeline(
+            [
+                "--bootstrap-servers", bootstrap,
+                "--input-topic", input_topic,
+                "--output-topic", output_topic,
+                "--table", paths["table"],
+                "--checkpoints", paths["checkpoints"],
+                "--stop-file", paths["stop"],
+                "--trigger-ms", str(cfg.trigger_ms),
+                "--max-offsets-per-trigger", str(cfg.max_offsets_per_trigger),
+            ],
+            paths["log"],
+            {**os.environ, METRICS_ENV: paths["metrics"]},
+        )
+        print(
+            f"Producing {cfg.records:,} events to {input_topic} ({cfg.partitions} partitions, "
+            f"{'as fast as possible' if cfg.rate <= 0 else f'{cfg.rate:,.0f}/s'}); "
+            f"pipeline -> delta-eos {paths['table']} and kafka-eos topic {output_topic}"
+            + (f"; {cfg.chaos} SIGKILLs at random moments" if cfg.chaos else ""),
+            file=out,
+        )
+        try:
+            processing_s, kills = _conduct(cfg, producer, pipeline, paths, rng, started, out)
+        finally:
+            pipeline.kill()
+        if producer.error:
+            raise DemoError(f"producing the input failed: {producer.error}")
+
+        print("Verifying: reading both outputs back independently of the sinks...", file=out)
+        by_id = {e.event_id: e for e in events}
+        ckpt = paths["checkpoints"]
+        checks = [
+            verify.check("delta-eos", verify.delta_rows(paths["table"]), producer.delivered, by_id,
+                         verify.spark_batches(os.path.join(ckpt, "delta"))),
+            verify.check("kafka-eos", verify.kafka_rows(bootstrap, output_topic),
+                         producer.delivered, by_id,
+                         verify.spark_batches(os.path.join(ckpt, "kafka"))),
+        ]
+    elapsed = time.monotonic() - started
+    produced = len(producer.delivered)
+    print(file=out)
+    print(verify.render(produced, checks, kills=kills, elapsed_s=elapsed,
+                        processing_s=processing_s), file=out)
+    with open(os.path.join(run_dir, "verification.json"), "w") as f:
+        f.write(verify.as_json(produced, checks, kills=kills, elapsed_s=round(elapsed, 1),
+                               seed=seed, input_topic=input_topic, output_topic=output_topic))
+    ok = all(c.ok for c in checks)
+    print(file=out)
+    print(
+        "PASSED: every record exactly once in both sinks." if ok
+        else "FAILED: duplicates or missing records; see verification.json and pipeline.log.",
+        file=out,
+    )
+    return 0 if ok else 1
+
+
+def _conduct(
+    cfg: DemoConfig,
+    producer: EventProducer,
+    pipeline: Pipeline,
+    paths: dict[str, str],
+    rng: random.Random,
+    started: float,
+    out: TextIO,
+) -> tuple[float, int]:
+    """Run the pipeline through production and the chaos, then drain it; (running s, kills)."""
+    progress = Progress(paths["metrics"])
+    producer.start()
+    pipeline.start()
+    pipeline_started = restarted_at = time.monotonic()
+    batches_at_restart = 0
+    kill_at: float | None = None
+    kills = 0
+    stopping = False
+    last_report = 0.0
+    while True:
+        now = time.monotonic()
+        if now - started > cfg.timeout_s:
+            raise DemoError(f"the demo did not finish within {cfg.timeout_s:.0f} s "
+                            f"(see {paths['log']})")
+        if producer.error:
+            raise DemoError(f"producing the input failed: {producer.error}")
+        progress.poll()
+        rc = pipeline.poll()
+        if rc is not None:
+            if stopping and rc == 0:
+                break
+            raise pipeline.failure(rc)
+        if now - last_report >= 2.0:
+            last_report = now
+            _report(now - started, producer, progress, kills, cfg, out)
+        if kills < cfg.chaos:
+            if kill_at is None and (
+                progress.total_batches > batches_at_restart
+                or now - restarted_at > KILL_WAIT_LIMIT_S
+            ):
+                kill_at = now + rng.uniform(*KILL_DELAY_S)
+            if kill_at is not None and now >= kill_at:
+                pipeline.kill()
+                kills += 1
+                print(f"  chaos: SIGKILL of the pipeline's process group ({kills} of {cfg.chaos}); "
+                      "restarting on the same checkpoints", file=out)
+                pipeline.start()
+                restarted_at, batches_at_restart, kill_at = time.monotonic(), progress.total_batches, None
+        elif producer.done and not stopping:
+            stopping = True
+            print("  all events produced; draining what is left (Trigger.AvailableNow)", file=out)
+            open(paths["stop"], "w").close()
+        time.sleep(0.2)
+    progress.poll()
+    _report(time.monotonic() - started, producer, progress, kills, cfg, out)
+    return time.monotonic() - pipeline_started, kills
+
+
+def _report(t: float, producer: EventProducer, progress: Progress, kills: int,
+            cfg: DemoConfig, out: TextIO) -> None:
+    sinks = "  ".join(
+        f"{s} {progress.rows[s]:,} rows/{progress.batches[s]} batches" for s in progress.rows
+    )
+    chaos = f"  kills {kills}/{cfg.chaos}" if cfg.chaos else ""
+    print(f"  [{t:6.1f}s] produced {producer.produced:,}/{cfg.records:,}  {sinks}{chaos}",
+          file=out, flush=True)
