@@ -8,6 +8,7 @@ from pyspark.sql.types import StructType
 
 from sinks.delta import DeltaEosDataSource
 from sinks.kafka import kafka_stream_writer
+from sinks.postgres import PostgresEosDataSource
 from sources.kafka_source import KafkaEosDataSource as _KafkaSource
 
 
@@ -18,4 +19,4 @@ class KafkaEosDataSource(_KafkaSource):
         return kafka_stream_writer(self._raw, schema, overwrite)
 
 
-ALL = [KafkaEosDataSource, DeltaEosDataSource]
+ALL = [KafkaEosDataSource, DeltaEosDataSource, PostgresEosDataSource]

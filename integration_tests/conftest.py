@@ -24,3 +24,16 @@ def spark():
     session = local_spark("kafka-eos-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL server for the postgres-eos tests, or a skip saying why not."""
+    from connectors.testing.postgres import postgres_server, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with postgres_server() as server:
+        print(f"\nPostgreSQL for this run: {server.version} at {server.host}:{server.port}")
+        yield server

@@ -1,8 +1,13 @@
-"""Kafka -> `kafka-eos` source -> `delta-eos` or `kafka-eos` sink, as its own process so that
-the crash matrix can SIGKILL it (driver JVM included) and restart it on the same checkpoint.
+"""Kafka -> `kafka-eos` source -> `delta-eos`, `kafka-eos` or `postgres-eos` sink, as its own
+process so that the crash matrix can SIGKILL it (driver JVM included) and restart it on the same
+checkpoint.
 
     python -m integration_tests.pipelines.eos_pipeline --bootstrap B --topic T --checkpoint C \\
-        (--table PATH | --out-topic TOPIC) [--mode drain|continuous] [--master local[2,4]]
+        (--table PATH | --out-topic TOPIC | --pg-table NAME) [--mode drain|continuous] \\
+        [--master local[2,4]]
+
+`--pg-table` writes to PostgreSQL at the libpq URL in the environment variable EOS_PG_URL (an
+environment variable, not an argument: it holds a password, and argv is public).
 
 Fault points come from KAFKA_EOS_FAULTS (sinks/faults.py); this script names its own process
 group in KAFKA_EOS_KILL_PGID so that a fault inside a Python worker kills the whole pipeline.
@@ -20,6 +25,7 @@ ap.add_argument("--checkpoint", required=True)
 sink = ap.add_mutually_exclusive_group(required=True)
 sink.add_argument("--table", help="delta-eos: the table's path")
 sink.add_argument("--out-topic", help="kafka-eos: the output topic")
+sink.add_argument("--pg-table", help="postgres-eos: the table (URL from $EOS_PG_URL)")
 ap.add_argument("--mode", choices=["drain", "continuous"], default="drain")
 ap.add_argument("--master", default="local[2,4]")  # 4 task attempts: a failed task is retried
 ap.add_argument("--max-per-trigger", default="50")
@@ -48,7 +54,17 @@ events = (
     .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
     .load()
 )
-if args.table:
+if args.pg_table:
+    writer = (
+        events.selectExpr(
+            "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+            "partition", "offset", "timestamp",
+        )
+        .writeStream.format("postgres-eos")
+        .option("url", os.environ["EOS_PG_URL"])
+        .option("table", args.pg_table)
+    )
+elif args.table:
     writer = (
         events.selectExpr(
             "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",

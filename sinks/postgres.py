@@ -1,0 +1,500 @@
+"""`postgres-eos`: the exactly-once PostgreSQL sink, on PREPARE TRANSACTION / COMMIT PREPARED.
+
+Phase one (tasks): a task opens a connection and a transaction, COPYs its Arrow rows into the
+table, and runs `PREPARE TRANSACTION '<gid>'`. The rows are then durable on the server (they
+survive the task, its connection and a server restart) and invisible to every reader. Phase two
+(driver): `COMMIT PREPARED '<gid>'`. The commit protocol (when to prepare, decide, commit,
+recover) is the template's, in sinks/two_phase_commit.py; this module only speaks PostgreSQL.
+
+The global id is `<prefix>-<batch>-<partition>-<attempt>`, the prefix derived from the query's
+checkpoint: deterministic, so a restart finds in `pg_prepared_xacts` whatever a crashed run
+prepared. A handle carries the gid and the transaction's id (`txid_current()`): once the gid is
+gone from `pg_prepared_xacts`, `txid_status(xid)` tells "committed" (a repeated commit: success)
+from "aborted" (rolled back behind our back: the template rewrites the partition).
+In at-least-once mode a task commits its own transaction (plain COMMIT, no prepared state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
+from pyspark.sql.types import StructType
+
+from connectors.options import OptionError, Options
+from sinks.two_phase_commit import (
+    EXACTLY_ONCE,
+    SinkSettings,
+    TaskInfo,
+    TwoPhaseCommitSink,
+    TransactionLost,
+)
+from sinks.txn_log import Handle
+
+log = logging.getLogger("kafka_eos.sink.postgres")
+
+FORMAT_NAME = "postgres-eos"
+GID_MAX_BYTES = 200  # PostgreSQL's limit on a prepared transaction's identifier
+#: libpq waits forever for a connection by default; a commit retry must not.
+DEFAULT_CONNECT_TIMEOUT_S = "30"
+
+
+class PreparedTransactionsDisabled(RuntimeError):
+    """The server runs with max_prepared_transactions = 0: no PREPARE TRANSACTION."""
+
+
+class OutcomeUnknown(RuntimeError):
+    """A prepared transaction is gone and the server no longer knows how it ended."""
+
+
+# -- connection strings: parsed once, never shown with the password -------------------------
+
+
+def parse_url(url: str) -> dict[str, str]:
+    """libpq's own parse of a URI or key=value string. Its error text can quote the string
+    (and so the password), so the error here names the option and not the value."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        raise OptionError(
+            "url",
+            "is not a valid libpq connection string: expected a URI such as "
+            "postgresql://user:password@host:5432/dbname or key=value pairs "
+            "(host=... dbname=... user=...)",
+        ) from None
+    return {k: str(v) for k, v in params.items()}
+
+
+def redacted_url(params: dict[str, str]) -> str:
+    """Where a connection string points, fit for logs and errors: no password, no other
+    parameter (sslkey paths, options=... may say more than a log should)."""
+    user = params.get("user", "")
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port", "5432")
+    db = params.get("dbname", user or "")
+    return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """`text` with every occurrence of `secret` masked (libpq does not echo passwords, but
+    an error from a driver or a proxy might)."""
+    return text.replace(secret, "***") if secret else text
+
+
+# -- table names ----------------------------------------------------------------------------
+
+
+_PART = re.compile(r'"((?:[^"]|"")+)"|([^".\s]+)')
+
+
+@dataclass(frozen=True)
+class TableName:
+    """`[schema.]name`, resolved as PostgreSQL resolves SQL text: unquoted parts fold to lower
+    case, "double-quoted" parts are taken as written."""
+
+    schema: str | None
+    name: str
+
+    @classmethod
+    def parse(cls, value: str) -> "TableName":
+        parts: list[str] = []
+        pos = 0
+        text = value.strip()
+        while True:
+            m = _PART.match(text, pos)
+            if not m:
+                break
+            parts.append(m.group(1).replace('""', '"') if m.group(1) is not None else m.group(2).lower())
+            pos = m.end()
+            if pos < len(text) and text[pos] == ".":
+                pos += 1
+                continue
+            break
+        if pos != len(text) or not 1 <= len(parts) <= 2:
+            raise OptionError(
+                "table",
+                f"expected name or schema.name (double-quote a part to keep its case or "
+                f"special characters, e.g. public.\"Events\"); got {value!r}",
+            )
+        return cls(parts[0] if len(parts) == 2 else None, parts[-1])
+
+    def sql(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.name) if self.schema else sql.Identifier(self.name)
+
+    def __str__(self) -> str:
+        return self.sql().as_string(None)
+
+
+# -- Arrow -> PostgreSQL --------------------------------------------------------------------
+
+
+def pg_type(t: pa.DataType) -> str | None:
+    """The column type `createTable` gives an Arrow type, or None if the sink cannot write it."""
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
+        return "smallint"
+    if pa.types.is_int32(t) or pa.types.is_uint16(t):
+        return "integer"
+    if pa.types.is_int64(t) or pa.types.is_uint32(t):
+        return "bigint"
+    if pa.types.is_uint64(t):
+        return "numeric(20)"
+    if pa.types.is_float16(t) or pa.types.is_float32(t):
+        return "real"
+    if pa.types.is_float64(t):
+        return "double precision"
+    if pa.types.is_decimal(t):
+        return f"numeric({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "text"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "bytea"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_timestamp(t):
+        return "timestamp with time zone" if t.tz else "timestamp without time zone"
+    if pa.types.is_time(t):
+        return "time without time zone"
+    return None
+
+
+def check_columns(schema: pa.Schema, type_names: dict[str, str] | None = None) -> None:
+    """Every column must have a PostgreSQL counterpart: fail at query start, naming it (and
+    its type as the user knows it: `type_names`, e.g. Spark's, else Arrow's)."""
+    for f in schema:
+        if pg_type(f.type) is None:
+            shown = (type_names or {}).get(f.name, str(f.type))
+            raise OptionError(
+                f.name,
+                f"column '{f.name}' has type {shown}, which postgres-eos does not write; it "
+                "writes booleans, integers, floats, decimals, strings, binary, dates, times and "
+                "timestamps (serialise nested values, e.g. to_json(), first)",
+            )
+
+
+_HEX = np.array([list(f"{i:02x}".encode()) for i in range(256)], dtype=np.uint8)
+
+
+def bytea_hex(arr: pa.Array) -> pa.Array:
+    r"""binary -> bytea's text form '\x<hex>', a column at a time (no Python object per value)."""
+    arr = arr.cast(pa.large_binary())
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    data_buf = arr.buffers()[2]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    body = _HEX[data[offsets[0] : offsets[-1]]].reshape(-1)
+    starts = np.concatenate([[0], np.cumsum(2 + 2 * np.diff(offsets))]).astype(np.int64)
+    out = np.empty(int(starts[-1]), dtype=np.uint8)
+    prefix = np.zeros(len(out), dtype=bool)
+    prefix[starts[:-1]] = prefix[starts[:-1] + 1] = True
+    out[starts[:-1]], out[starts[:-1] + 1] = ord("\\"), ord("x")
+    out[~prefix] = body
+    text = pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(starts), pa.py_buffer(out)])
+    return pc.if_else(arr.is_null(), pa.scalar(None, pa.large_string()), text)
+
+
+def to_csv(batch: pa.RecordBatch) -> bytes:
+    """COPY's CSV input for one Arrow batch, written by pyarrow: strings are always quoted
+    (so "" is an empty string) and nulls are bare empty fields (NULL to COPY)."""
+    columns = [
+        bytea_hex(c) if pa.types.is_binary(c.type) or pa.types.is_large_binary(c.type) else c
+        for c in batch.columns
+    ]
+    out = io.BytesIO()
+    pacsv.write_csv(
+        pa.RecordBatch.from_arrays(columns, names=batch.schema.names),
+        out,
+        pacsv.WriteOptions(include_header=False),
+    )
+    return out.getvalue()
+
+
+# -- global transaction ids -----------------------------------------------------------------
+
+
+def gid_prefix(checkpoint_location: str) -> str:
+    """This query's gids: one prefix per checkpoint, so two queries never share one."""
+    return "pg-eos-" + hashlib.sha256(checkpoint_location.encode()).hexdigest()[:16]
+
+
+def make_gid(prefix: str, batch_id: int, partition: int, attempt: int) -> str:
+    """Per (sink, batch, partition), and per attempt so that a task Spark retries (or runs
+    speculatively) prepares beside its predecessor instead of colliding with it."""
+    gid = f"{prefix}-{batch_id}-{partition}-{attempt}"
+    assert len(gid.encode()) <= GID_MAX_BYTES
+    return gid
+
+
+def gid_batch(prefix: str, gid: str) -> int | None:
+    """The batch of one of this sink's gids; None for anybody else's."""
+    m = re.fullmatch(re.escape(prefix) + r"-(\d+)-(\d+)-(\d+)", gid)
+    return int(m.group(1)) if m else None
+
+
+# -- options --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostgresOptions:
+    url: str = field(repr=False)  # holds the password: never in a repr
+    target: str  # the url without secrets, for messages
+    password: str | None = field(repr=False)
+    table: TableName
+    create_table: bool
+    gid_prefix: str
+
+    @classmethod
+    def parse(cls, opts: Options, settings: SinkSettings) -> "PostgresOptions":
+        url = opts.require(
+            "url", "a libpq connection string, e.g. postgresql://user:password@host:5432/db"
+        )
+        params = parse_url(url)
+        table = TableName.parse(opts.require("table", "the target table, name or schema.name"))
+        origin = settings.checkpoint_location or f"{redacted_url(params)}/{table}"
+        return cls(
+            url=url,
+            target=redacted_url(params),
+            password=params.get("password"),
+            table=table,
+            create_table=opts.get_bool("createTable", True),
+            gid_prefix=gid_prefix(origin),
+        )
+
+
+# -- the sink -------------------------------------------------------------------------------
+
+
+@dataclass
+class PgTxn:
+    info: TaskInfo
+    conn: psycopg.Connection
+    gid: str | None  # None when the task commits by itself (at-least-once, none)
+    prepared: bool = False
+
+
+class PostgresSink(TwoPhaseCommitSink[PgTxn]):
+    commits_per_partition = True  # each prepared transaction is committed on its own
+
+    def __init__(self, settings: SinkSettings, options: PostgresOptions, schema: pa.Schema) -> None:
+        super().__init__(settings)
+        check_columns(schema)
+        self.options = options
+        self.schema = schema
+
+    @property
+    def _exactly_once(self) -> bool:
+        return self.settings.guarantee == EXACTLY_ONCE
+
+    def describe(self) -> str:
+        return f"postgres-eos[{self.options.target} {self.options.table}]"
+
+    def _connect(self, *, autocommit: bool = False) -> psycopg.Connection:
+        params: dict[str, Any] = {}
+        if "connect_timeout" not in parse_url(self.options.url):
+            params["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_S
+        try:
+            return psycopg.connect(self.options.url, autocommit=autocommit, **params)
+        except psycopg.Error as e:
+            raise psycopg.OperationalError(
+                f"{self.describe()}: cannot connect: {scrub(str(e), self.options.password)}"
+            ) from None  # not chained: the original may carry the connection string
+
+    # -- driver side: the store must be able to take the stream ------------------------------
+
+    def open(self) -> None:
+        """Before each batch's tasks: prepared transactions enabled, the table there (created
+        if asked), every column of the stream in it."""
+        try:
+            conn = self._connect(autocommit=True)
+        except psycopg.OperationalError as e:
+            raise OptionError("url", str(e)) from None
+        with conn:
+            if self._exactly_once:
+                (limit,) = conn.execute("SHOW max_prepared_transactions").fetchone()
+                if int(limit) == 0:
+                    raise PreparedTransactionsDisabled(
+                        f"{self.describe()}: the server runs with max_prepared_transactions = 0, "
+                        "so PREPARE TRANSACTION (the first phase of exactly-once) is disabled. "
+                        "Set max_prepared_transactions in postgresql.conf to at least the "
+                        "number of write tasks per batch and restart the server, or use "
+                        "deliveryGuarantee=at-least-once"
+                    )
+            table = self.options.table
+            (exists,) = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [str(table)]).fetchone()
+            if not exists:
+                if not self.options.create_table:
+                    raise OptionError(
+                        "createTable",
+                        f"table {table} does not exist in {self.options.target}; create it, or "
+                        "set createTable=true to create it from the stream's schema",
+                    )
+                columns = sql.SQL(", ").join(
+                    sql.SQL("{} {}{}").format(
+                        sql.Identifier(f.name), sql.SQL(pg_type(f.type)),
+                        sql.SQL("" if f.nullable else " NOT NULL"),
+                    )
+                    for f in self.schema
+                )
+                conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(table.sql(), columns))
+                log.info("%s: created table %s", self.describe(), table)
+            cur = conn.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(table.sql()))
+            have = [d.name for d in cur.description or []]
+            missing = [n for n in self.schema.names if n not in have]
+            if missing:
+                raise OptionError(
+                    "table",
+                    f"table {table} has no column(s) {', '.join(missing)} (it has "
+                    f"{', '.join(have)}); the stream's columns are written by name",
+                )
+
+    # -- task side ---------------------------------------------------------------------------
+
+    def beginTransaction(self, context: TaskInfo) -> PgTxn:
+        gid = (
+            make_gid(self.options.gid_prefix, context.batch_id, context.partition_id, context.attempt)
+            if self._exactly_once else None
+        )
+        return PgTxn(context, self._connect(), gid)  # psycopg opens the transaction
+
+    def invoke(self, txn: PgTxn, batch: pa.RecordBatch) -> None:
+        copy = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+            self.options.table.sql(), sql.SQL(", ").join(map(sql.Identifier, batch.schema.names))
+        )
+        with txn.conn.cursor() as cur, cur.copy(copy) as out:
+            out.write(to_csv(batch))
+
+    def preCommit(self, txn: PgTxn) -> Handle:
+        """PREPARE TRANSACTION: durable and invisible until COMMIT PREPARED, from any session."""
+        if txn.gid is None:
+            txn.conn.commit()
+            txn.conn.close()
+            return {"committed": True}
+        (xid,) = txn.conn.execute("SELECT txid_current()").fetchone()
+        txn.conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.gid)))
+        txn.prepared = True
+        txn.conn.close()
+        return {"gid": txn.gid, "xid": int(xid)}
+
+    def abortTransaction(self, txn: PgTxn) -> None:
+        """Closing the connection rolls back an open transaction; a prepared one is rolled
+        back by gid (else recovery finds it in pg_prepared_xacts)."""
+        txn.conn.close()
+        if txn.prepared and txn.gid:
+            with self._connect(autocommit=True) as conn:
+                self._rollback(conn, [txn.gid])
+
+    # -- driver side -------------------------------------------------------------------------
+
+    def _prepared_xacts(self, conn: psycopg.Connection) -> dict[str, int]:
+        """gid -> 32-bit xid of this sink's prepared transactions in this database."""
+        rows = conn.execute(
+            "SELECT gid, transaction::text::bigint FROM pg_prepared_xacts "
+            "WHERE database = current_database() AND starts_with(gid, %s)",
+            [self.options.gid_prefix + "-"],
+        ).fetchall()
+        return {gid: xid for gid, xid in rows if gid_batch(self.options.gid_prefix, gid) is not None}
+
+    def _rollback(self, conn: psycopg.Connection, gids: Iterable[str]) -> None:
+        for gid in gids:
+            try:
+                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+                log.info("%s: rolled back prepared transaction %s", self.describe(), gid)
+            except psycopg.errors.UndefinedObject:
+                pass  # already gone: committed or rolled back by someone else
+
+    def commit(self, batchId: int, handles: dict[int, Handle]) -> None:
+        """COMMIT PREPARED each handle still prepared (matched by gid and xid, so a gid reused
+        by a later attempt is never committed in its place); for a handle already gone, the
+        server's record of its xid decides: committed is success, aborted is lost."""
+        if not self._exactly_once:
+            return  # the task committed its own transaction
+        with self._connect(autocommit=True) as conn:
+            prepared = self._prepared_xacts(conn)
+            for partition, h in sorted(handles.items()):
+                gid, xid = h["gid"], int(h["xid"])
+                if prepared.get(gid) == xid % 2**32:
+                    try:
+                        conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
+                        continue
+                    except psycopg.errors.UndefinedObject:
+                        pass  # finished concurrently: ask how
+                (status,) = conn.execute("SELECT txid_status(%s::bigint)", [xid]).fetchone()
+                if status == "committed":
+                    continue  # already committed: a retry, or a recovery after a crash
+                if status == "aborted":
+                    raise TransactionLost(
+                        [partition], f"prepared transaction {gid} was rolled back before its commit"
+                    )
+                if status is None:
+                    raise OutcomeUnknown(
+                        f"{self.describe()}: prepared transaction {gid} (xid {xid}) is gone and "
+                        "the server no longer records how it ended; check the table for batch "
+                        f"{batchId}, partition {partition} by hand"
+                    )
+                raise RuntimeError(f"{self.describe()}: transaction {gid} is {status}")  # retried
+
+    def abort(self, handles: list[Handle]) -> None:
+        """ROLLBACK PREPARED the handles still prepared (gid and xid match); others are gone."""
+        if not self._exactly_once:
+            return
+        with self._connect(autocommit=True) as conn:
+            prepared = self._prepared_xacts(conn)
+            self._rollback(
+                conn,
+                [h["gid"] for h in handles if "gid" in h and prepared.get(h["gid"]) == int(h["xid"]) % 2**32],
+            )
+
+    def recoverAndAbort(self, batchId: int, handles: list[Handle]) -> None:
+        """Everything of this batch still in pg_prepared_xacts, logged or not, is undecided."""
+        with self._connect(autocommit=True) as conn:
+            prepared = self._prepared_xacts(conn)
+            self._rollback(conn, [g for g in prepared if gid_batch(self.options.gid_prefix, g) == batchId])
+
+    def cleanupAbandoned(self) -> None:
+        """Roll back this sink's prepared transactions no decision names (tasks killed between
+        PREPARE and logging their handle); recovery has committed every decided one by now."""
+        with self._connect(autocommit=True) as conn:
+            self._rollback(conn, sorted(self._prepared_xacts(conn)))
+
+    def isTransient(self, exc: BaseException) -> bool:
+        return super().isTransient(exc) and not isinstance(
+            exc, (OutcomeUnknown, PreparedTransactionsDisabled)
+        )
+
+
+class PostgresEosDataSource(DataSource):
+    """`writeStream.format("postgres-eos")`: options are checked when the query starts."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._raw = dict(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if overwrite:
+            raise OptionError("outputMode", "postgres-eos supports the append output mode only")
+        opts = Options(self._raw)
+        settings = SinkSettings.from_options(FORMAT_NAME, opts)
+        pg_options = PostgresOptions.parse(opts, settings)
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        check_columns(arrow_schema, {f.name: f.dataType.simpleString() for f in schema.fields})
+        return PostgresSink(settings, pg_options, arrow_schema).streamWriter()
