@@ -22,6 +22,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except where there is none to show (the help says what happens)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text.replace("_", ""))
@@ -79,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--bootstrap-servers an embedded local broker is started. Exit status: 0 verified, "
             "1 duplicates or missing records, 2 bad arguments, 3 could not run."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Help,
     )
     demo.add_argument("--records", type=_positive_int, default=20_000,
                       help="events to produce")
@@ -97,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="where each run writes run-<time>/: the Delta table, checkpoints, "
                            "pipeline.log, batches.jsonl and verification.json")
     demo.add_argument("--seed", type=int, default=None,
-                      help="random seed for the events and the kill moments (default: random, "
-                           "printed at start)")
+                      help="random seed for the events and the kill moments (default: a random "
+                           "one, printed at start)")
     demo.add_argument("--trigger-ms", type=_positive_int, default=1000,
                       help="the pipeline's processing-time trigger interval, in milliseconds")
     demo.add_argument("--timeout", type=_positive_int, default=900, metavar="SECONDS",
