@@ -7,6 +7,12 @@ import pytest
 from connectors.testing import Broker, kafka_broker, local_spark
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    from connectors.testing.broker import broker_choice
+
+    return f"Kafka broker: {broker_choice()}"
+
+
 @pytest.fixture(scope="session")
 def broker() -> Broker:
     with kafka_broker() as b:

@@ -146,6 +146,20 @@ def testcontainers_broker() -> Iterator[Broker]:
         yield Broker(kafka.get_bootstrap_server(), "testcontainers")
 
 
+def broker_choice() -> str:
+    """Which broker `kafka_broker()` will start, and why: printed in the test run's header."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if external:
+        return f"the cluster at {external} (KAFKA_BOOTSTRAP_SERVERS)"
+    ok, reason = docker_available()
+    if ok:
+        return "real Apache Kafka through Testcontainers (Docker engine reachable)"
+    return (
+        f"the local Tansu broker: {reason}. Tests that need what it lacks skip, saying so; "
+        "with a Docker engine they run against real Kafka"
+    )
+
+
 @contextlib.contextmanager
 def kafka_broker() -> Iterator[Broker]:
     """The broker tests and the demo use, per the resolution order above."""
