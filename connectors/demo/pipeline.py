@@ -2,7 +2,7 @@
 sinks, a `delta-eos` table and a `kafka-eos` topic (one streaming query each, each with its own
 checkpoint).
 
-It runs as its own process group so that `--chaos` can SIGKILL all of it (driver JVM included)
+It writes the ready file once both queries have started, and runs as its own process group so that `--chaos` can SIGKILL all of it (driver JVM included)
 and restart it on the same checkpoints. It runs on a processing-time trigger until the demo
 creates the stop file; it then stops both queries and drains what is left with
 `Trigger.AvailableNow` on the same checkpoints, in the same JVM, and exits 0.
@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("--table", required=True)
     ap.add_argument("--checkpoints", required=True)
     ap.add_argument("--stop-file", required=True)
+    ap.add_argument("--ready-file", required=True)
     ap.add_argument("--trigger-ms", type=int, default=1000)
     ap.add_argument("--max-offsets-per-trigger", type=int, default=5000)
     ap.add_argument("--master", default="local[2,4]")  # 4 attempts: a failed task is retried
@@ -119,6 +120,8 @@ def main() -> None:
 
     spark = local_spark("kafka-eos-demo", master=args.master, conf={"spark.task.maxFailures": "4"})
     queries = start_queries(spark, args, drain=False)
+    with open(args.ready_file, "w") as f:  # the demo's chaos waits for this: batches now run
+        f.write(str(os.getpid()))
     while not os.path.exists(args.stop_file):
         for q in queries:
             if q.exception() is not None:  # a failed query fails the job: the demo shows why

@@ -30,11 +30,10 @@ from connectors.demo import verify
 from connectors.demo.events import EventProducer, sample_events
 from sinks.two_phase_commit import METRICS_ENV
 
-# After a (re)start, a kill waits for the pipeline's first committed batch, then a random delay
-# in this range, so that it lands while batches are in flight; it gives up waiting after
-# KILL_WAIT_LIMIT_S (a pipeline with nothing left to do commits no batch).
-KILL_DELAY_S = (0.2, 3.0)
-KILL_WAIT_LIMIT_S = 60.0
+# After a (re)start, a kill waits until the pipeline says its queries run (the ready file),
+# then a random delay in this range: the first batch after a restart (the replay of the one
+# killed, or the backlog) starts at once, so the kill lands while batches are in flight.
+KILL_DELAY_S = (0.5, 6.0)
 
 
 class DemoError(Exception):
@@ -78,10 +77,6 @@ class Progress:
                     if record["sink"].startswith(sink):
                         self.rows[sink] += record["rows"]
                         self.batches[sink] += 1
-
-    @property
-    def total_batches(self) -> int:
-        return sum(self.batches.values())
 
 
 class Pipeline:
@@ -217,6 +212,7 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
         "metrics": os.path.join(run_dir, "batches.jsonl"),
         "log": os.path.join(run_dir, "pipeline.log"),
         "stop": os.path.join(run_dir, "STOP"),
+        "ready": os.path.join(run_dir, "RUNNING"),
     }
     run_id = os.path.basename(run_dir).removeprefix("run-")
     input_topic, output_topic = f"eos-demo-{run_id}-events", f"eos-demo-{run_id}-enriched"
@@ -235,6 +231,7 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
                 "--table", paths["table"],
                 "--checkpoints", paths["checkpoints"],
                 "--stop-file", paths["stop"],
+                "--ready-file", paths["ready"],
                 "--trigger-ms", str(cfg.trigger_ms),
                 "--max-offsets-per-trigger", str(cfg.max_offsets_per_trigger),
             ],
@@ -296,8 +293,7 @@ def _conduct(
     progress = Progress(paths["metrics"])
     producer.start()
     pipeline.start()
-    pipeline_started = restarted_at = time.monotonic()
-    batches_at_restart = 0
+    pipeline_started = time.monotonic()
     kill_at: float | None = None
     kills = 0
     stopping = False
@@ -319,18 +315,17 @@ def _conduct(
             last_report = now
             _report(now - started, producer, progress, kills, cfg, out)
         if kills < cfg.chaos:
-            if kill_at is None and (
-                progress.total_batches > batches_at_restart
-                or now - restarted_at > KILL_WAIT_LIMIT_S
-            ):
+            if kill_at is None and os.path.exists(paths["ready"]):
                 kill_at = now + rng.uniform(*KILL_DELAY_S)
             if kill_at is not None and now >= kill_at:
                 pipeline.kill()
                 kills += 1
-                print(f"  chaos: SIGKILL of the pipeline's process group ({kills} of {cfg.chaos}); "
-                      "restarting on the same checkpoints", file=out)
+                print(f"  chaos: SIGKILL of the pipeline's process group ({kills} of {cfg.chaos}; "
+                      f"in flight: {_in_flight(paths['checkpoints'])}); "
+                      "restarting on the same checkpoints", file=out, flush=True)
+                os.remove(paths["ready"])
                 pipeline.start()
-                restarted_at, batches_at_restart, kill_at = time.monotonic(), progress.total_batches, None
+                kill_at = None
         elif producer.done and not stopping:
             stopping = True
             print("  all events produced; draining what is left (Trigger.AvailableNow)", file=out)
@@ -339,6 +334,20 @@ def _conduct(
     progress.poll()
     _report(time.monotonic() - started, producer, progress, kills, cfg, out)
     return time.monotonic() - pipeline_started, kills
+
+
+def _in_flight(checkpoints: str) -> str:
+    """Batches Spark has logged offsets for but not committed: what a kill interrupts."""
+    def ids(query: str, kind: str) -> set[int]:
+        d = os.path.join(checkpoints, query, kind)
+        return {int(n) for n in os.listdir(d) if n.isdigit()} if os.path.isdir(d) else set()
+
+    busy = []
+    for query in ("delta", "kafka"):
+        pending = sorted(ids(query, "offsets") - ids(query, "commits"))
+        if pending:
+            busy.append(f"{query}-eos batch {pending[-1]}")
+    return ", ".join(busy) or "no batch"
 
 
 def _report(t: float, producer: EventProducer, progress: Progress, kills: int,

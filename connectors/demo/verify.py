@@ -109,9 +109,11 @@ def render(
         row("exactly once", verdict),
         "",
         f"  pipeline kills (SIGKILL)    {kills}",
-        f"  throughput                  {produced / processing_s if processing_s else 0:,.0f} "
-        f"records/s per sink, over the pipeline's {processing_s:.1f} s of running time "
-        "(start-ups and restarts included; the input is rate-limited by --rate)",
+        (
+            f"  throughput                  {produced / processing_s if processing_s else 0:,.0f} "
+            f"records/s per sink, over the pipeline's {processing_s:.1f} s of running time "
+            "(start-ups and restarts included; the input is rate-limited by --rate)"
+        ),
         f"  elapsed                     {elapsed_s:.1f} s",
     ]
     return "\n".join(lines)
