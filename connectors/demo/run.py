@@ -32,8 +32,9 @@ from sinks.two_phase_commit import METRICS_ENV
 
 # After a (re)start, a kill waits until the pipeline says its queries run (the ready file),
 # then a random delay in this range: the first batch after a restart (the replay of the one
-# killed, or the backlog) starts at once, so the kill lands while batches are in flight.
-KILL_DELAY_S = (0.5, 6.0)
+# killed, or the backlog) starts at once, so the kill lands while batches are in flight: early
+# in one, in its commit, or after some batches have committed.
+KILL_DELAY_S = (1.0, 12.0)
 
 
 class DemoError(Exception):
