@@ -111,18 +111,13 @@ class TableName:
     @classmethod
     def parse(cls, value: str) -> "TableName":
         parts: list[str] = []
-        pos = 0
-        text = value.strip()
-        while True:
-            m = _PART.match(text, pos)
-            if not m:
-                break
+        text, pos = value.strip(), 0
+        while m := _PART.match(text, pos):
             parts.append(m.group(1).replace('""', '"') if m.group(1) is not None else m.group(2).lower())
             pos = m.end()
-            if pos < len(text) and text[pos] == ".":
-                pos += 1
-                continue
-            break
+            if not text.startswith(".", pos) or pos + 1 == len(text):
+                break  # the name ends here (a trailing dot is left unread: an error)
+            pos += 1
         if pos != len(text) or not 1 <= len(parts) <= 2:
             raise OptionError(
                 "table",
