@@ -48,3 +48,21 @@ def test_demo_reports_an_unreachable_cluster_in_one_line(tmp_path: Path):
     assert len(lines) == 1 and lines[0].startswith(
         "kafka-eos demo: error: cannot reach Kafka at 127.0.0.1:1"), proc.stderr
     assert not list(tmp_path.glob("run-*"))  # nothing left behind for a run that never started
+
+
+def test_demo_against_a_given_cluster(tmp_path: Path, bootstrap: str):
+    """--bootstrap-servers: the path the Docker Compose demo takes (here: the suite's broker)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "connectors", "demo", "--bootstrap-servers", bootstrap,
+         "--records", "1500", "--rate", "0", "--partitions", "2", "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+    assert f"Kafka: {bootstrap}" in proc.stdout
+    (run,) = tmp_path.glob("run-*")
+    verdict = json.loads((run / "verification.json").read_text())
+    assert verdict["produced"] == 1500 and verdict["kills"] == 0
+    assert [s["rows"] for s in verdict["sinks"]] == [1500, 1500]
+    assert all(s["ok"] for s in verdict["sinks"])
+    assert sorted(p.name for p in run.iterdir()) == [
+        "batches.jsonl", "checkpoints", "events-delta", "pipeline.log", "verification.json"]

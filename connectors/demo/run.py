@@ -334,6 +334,9 @@ def _conduct(
         time.sleep(0.2)
     progress.poll()
     _report(time.monotonic() - started, producer, progress, kills, cfg, out)
+    for signal_file in (paths["ready"], paths["stop"]):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(signal_file)
     return time.monotonic() - pipeline_started, kills
 
 
