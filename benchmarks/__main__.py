@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--memory-value-bytes", type=int, default=1024)
     ap.add_argument("--arrow-batch-rows", type=int, default=20_000,
                     help="the source's arrowBatchRows for the memory figure (default 20000)")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="measured runs of each side, alternating; the best of each is kept")
     ap.add_argument("--only", default="source,kafka,delta,memory",
                     help="comma-separated subset of source,kafka,delta,memory")
     ap.add_argument("--quick", action="store_true",
@@ -70,7 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--output-dir", default="benchmark-results",
                     help="directory for results.json and chart.png (default ./benchmark-results)")
     args = ap.parse_args(argv)
+    args.warmup = not args.quick
     if args.quick:
+        args.repeats = 1
         args.records = 4_000
         args.rows_per_file = 1_000
         args.batch_rows = 2_000
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                         log(f"source, {label} values")
                         res["source"] = source.measure(
                             spark, bs, records=args.records, partitions=args.partitions,
-                            value_bytes=size)
+                            value_bytes=size, repeats=args.repeats, warmup=args.warmup)
                         log(f"  {res['source']}")
                     if only & {"kafka", "delta"}:
                         inp = write_parquet_input(work, args.records, size, args.rows_per_file)
@@ -150,13 +154,15 @@ def main(argv: list[str] | None = None) -> int:
                         res["kafka_sink"] = kafka_sink.measure(
                             spark, bs, inp, partitions=args.partitions,
                             files_per_batch=files_per_batch,
-                            files_per_trigger_1s=files_per_trigger, value_bytes=size)
+                            files_per_trigger_1s=files_per_trigger, value_bytes=size,
+                            repeats=args.repeats, warmup=args.warmup)
                         log(f"  {res['kafka_sink']}")
                     if "delta" in only:
                         log(f"delta-eos sink, {label} values")
                         res["delta_sink"] = delta_sink.measure(
                             spark, work, inp, files_per_batch=files_per_batch,
-                            files_per_trigger_1s=files_per_trigger, value_bytes=size)
+                            files_per_trigger_1s=files_per_trigger, value_bytes=size,
+                            repeats=args.repeats, warmup=args.warmup)
                         log(f"  {res['delta_sink']}")
                     results["by_value_size"][label] = res
                     results["load_average"][f"after {label}"] = load_average()

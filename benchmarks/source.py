@@ -32,7 +32,7 @@ def spark_read(spark, bootstrap: str, topic: str, rows: int):
 
 
 def measure(spark, bootstrap: str, *, records: int, partitions: int, value_bytes: int,
-            repeats: int = 2) -> dict:
+            repeats: int = 2, warmup: bool = True) -> dict:
     topic = unique_topic(f"bench-src-{value_bytes}")
     create_topic(bootstrap, topic, partitions)
     per = records // partitions
@@ -40,9 +40,9 @@ def measure(spark, bootstrap: str, *, records: int, partitions: int, value_bytes
     rows = per * partitions
     jobs = [(bootstrap, topic, p, per) for p in range(partitions)]
 
-    # Warm-ups, not measured.
-    in_processes(raw_consume, jobs)
-    spark_read(spark, bootstrap, topic, rows)
+    if warmup:  # not measured
+        in_processes(raw_consume, jobs)
+        spark_read(spark, bootstrap, topic, rows)
 
     # Alternate raw and Spark so that drift in the machine's load hits both alike; best of each.
     raw_rates, eos_rates = [], []

@@ -106,6 +106,68 @@ class KafkaTxn:
     transactional_id: str | None
     stats: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
+    #: A shared producer's per-partition txmsgs when this task began (statistics are cumulative).
+    stats_before: dict = field(default_factory=dict)
+
+
+def _callbacks(current) -> dict[str, Any]:
+    """Delivery failures and statistics go to the task's KafkaTxn, `current()`."""
+    return {
+        # Delivery reports for failures only: no Python callback per record on the hot path.
+        "delivery.report.only.error": True,
+        "on_delivery": lambda err, msg: current().errors.append(err),
+        # Statistics carry the producer id and epoch (eos) and the partitions written.
+        "statistics.interval.ms": "100",
+        "stats_cb": lambda s: current().stats.update(json.loads(s)),
+    }
+
+
+@dataclass
+class _Shared:
+    producer: Any
+    holder: list  # [the KafkaTxn of the task now using the producer], read by its callbacks
+
+    @property
+    def txn(self) -> KafkaTxn:
+        return self.holder[0]
+
+
+#: Non-transactional producers of this worker process, by configuration (see beginTransaction).
+_SHARED: dict[tuple, _Shared] = {}
+
+
+def _shared_producer(kafka_conf: dict[str, str], guarantee: str, txn: KafkaTxn) -> Any:
+    key = (guarantee, tuple(sorted(kafka_conf.items())))
+    shared = _SHARED.get(key)
+    if shared is None:
+        holder: list[KafkaTxn] = [txn]
+        conf: dict[str, Any] = dict(kafka_conf)
+        conf.update(_callbacks(lambda: holder[0]))
+        if guarantee == AT_LEAST_ONCE:
+            conf.setdefault("enable.idempotence", "true")
+        shared = _SHARED[key] = _Shared(Producer(conf), holder)
+    else:
+        txn.stats_before = _txmsgs(shared.txn.stats)  # what the previous task saw last
+        shared.holder[0] = txn
+    return shared.producer
+
+
+def _drop_shared_producer(producer: Any) -> None:
+    for key, shared in list(_SHARED.items()):
+        if shared.producer is producer:
+            del _SHARED[key]
+            producer.purge()
+            producer.flush(0)
+
+
+def _produce_when_room(producer: Any, topic: str, **kwargs: Any) -> None:
+    while True:
+        producer.poll(0.05)
+        try:
+            producer.produce(topic, **kwargs)
+            return
+        except BufferError:
+            pass
 
 
 class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
@@ -124,23 +186,19 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         exactly_once = self.settings.guarantee == EXACTLY_ONCE
         tid = f"{self.options.prefix}-{context.partition_id}" if exactly_once else None
         txn = KafkaTxn(context, None, tid)
+        if not exactly_once:
+            # One producer per worker process and configuration, kept across tasks: a fresh
+            # idempotent producer waits ~0.5 s for its producer id before its first send
+            # (librdkafka retries the id request on a 500 ms timer while no connection is up),
+            # which made at-least-once batches slower than exactly-once ones.
+            txn.producer = _shared_producer(self.options.kafka_conf, self.settings.guarantee, txn)
+            return txn
         conf: dict[str, Any] = dict(self.options.kafka_conf)
-        conf.update({
-            # Delivery reports for failures only: no Python callback per record on the hot path.
-            "delivery.report.only.error": True,
-            "on_delivery": lambda err, msg: txn.errors.append(err),
-            # Statistics carry the producer id and epoch (eos) and the partitions written.
-            "statistics.interval.ms": "100",
-            "stats_cb": lambda s: txn.stats.update(json.loads(s)),
-        })
-        if exactly_once:
-            conf["transactional.id"] = tid
-        elif self.settings.guarantee == AT_LEAST_ONCE:
-            conf.setdefault("enable.idempotence", "true")
+        conf.update(_callbacks(lambda: txn))
+        conf["transactional.id"] = tid
         txn.producer = Producer(conf)
-        if exactly_once:
-            txn.producer.init_transactions(30)  # fences and aborts what a crashed run left
-            txn.producer.begin_transaction()
+        txn.producer.init_transactions(30)  # fences and aborts what a crashed run left
+        txn.producer.begin_transaction()
         return txn
 
     def invoke(self, txn: KafkaTxn, batch: pa.RecordBatch) -> None:
@@ -148,23 +206,31 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         n = batch.num_rows
         values = batch.column("value").to_pylist()
         keys = batch.column("key").to_pylist() if "key" in names else [None] * n
+        default_topic = self.options.topic
+        producer = txn.producer
+        produce = producer.produce
+        if not {"topic", "partition", "headers"} & set(names):
+            # The common case: positional arguments, no dict per record.
+            for value, key in zip(values, keys):
+                try:
+                    produce(default_topic, value, key)
+                except BufferError:
+                    _produce_when_room(producer, default_topic, value=value, key=key)
+            producer.poll(0)
+            return
         topics = batch.column("topic").to_pylist() if "topic" in names else [None] * n
         parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
         headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
-        default_topic = self.options.topic
-        producer = txn.producer
         for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers):
             kwargs: dict[str, Any] = {"value": value, "key": key}
             if part is not None:
                 kwargs["partition"] = part
             if hdrs:
                 kwargs["headers"] = [(h["key"], h["value"]) for h in hdrs]
-            while True:
-                try:
-                    producer.produce(topic or default_topic, **kwargs)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            try:
+                produce(topic or default_topic, **kwargs)
+            except BufferError:
+                _produce_when_room(producer, topic or default_topic, **kwargs)
         producer.poll(0)
 
     def preCommit(self, txn: KafkaTxn) -> Handle:
@@ -175,7 +241,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 raise TimeoutError(f"{self.describe()}: records not delivered within flushTimeout")
         if txn.errors:
             raise KafkaException(txn.errors[0])
-        # Statistics taken after the flush count every record of this transaction.
+        # Statistics taken after the flush count every record of this transaction (of a shared
+        # producer: every record since its previous task's, see `_shared_producer`).
         txn.stats.clear()
         while "topics" not in txn.stats or (
             txn.transactional_id is not None
@@ -184,7 +251,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.describe()}: librdkafka reported no statistics")
             producer.poll(0.05)
-        handle: Handle = {"partitions": _partitions_written(txn.stats)}
+        handle: Handle = {"partitions": _partitions_written(txn.stats, txn.stats_before)}
         if txn.transactional_id is not None:
             eos = txn.stats["eos"]
             handle.update({
@@ -193,7 +260,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 "producer_epoch": eos["producer_epoch"],
             })
         # Drop the producer without committing: the transaction stays open on the broker
-        # until the driver ends it (DESIGN.md section 4).
+        # until the driver ends it (DESIGN.md section 4). A shared producer stays in its cache.
         txn.producer = None
         del producer
         return handle
@@ -204,6 +271,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 txn.producer.abort_transaction(10)
             except KafkaException as e:
                 log.warning("%s: abort_transaction: %s", self.describe(), e)
+        elif txn.producer is not None:
+            _drop_shared_producer(txn.producer)  # a failed task's producer is not reused
         txn.producer = None
 
     # -- driver side ------------------------------------------------------------------------
@@ -230,12 +299,19 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 log.warning("%s: could not abort %s: %s", self.describe(), h["transactional_id"], e)
 
 
-def _partitions_written(stats: dict) -> list[list]:
-    return sorted(
-        [topic, int(p)]
+def _txmsgs(stats: dict) -> dict[tuple[str, int], int]:
+    return {
+        (topic, int(p)): part.get("txmsgs", 0)
         for topic, t in stats.get("topics", {}).items()
         for p, part in t.get("partitions", {}).items()
-        if int(p) >= 0 and part.get("txmsgs", 0) > 0
+        if int(p) >= 0
+    }
+
+
+def _partitions_written(stats: dict, before: dict | None = None) -> list[list]:
+    before = before or {}
+    return sorted(
+        [topic, p] for (topic, p), n in _txmsgs(stats).items() if n > before.get((topic, p), 0)
     )
 
 
