@@ -150,10 +150,7 @@ def test_types_round_trip(postgres, source, tmp_path):
 
 BAD_OPTIONS = [
     ("no url", {"url": None, "table": "t"}, "url"),
-    ("no table", {"table": None}, "table"),
     ("malformed table", {"table": "a.b.c"}, "table"),
-    ("bad guarantee", {"table": "t", "deliveryGuarantee": "twice"}, "deliveryGuarantee"),
-    ("bad createTable", {"table": "t", "createTable": "perhaps"}, "createTable"),
     ("missing table, createTable=false", {"table": "nosuch_table", "createTable": "false"}, "createTable"),
 ]
 
@@ -206,7 +203,7 @@ def test_connection_errors_never_show_the_password(postgres, source, tmp_path, f
     else:
         closed = postgres.port + 1 if postgres.port < 65535 else postgres.port - 1
         url, reason = f"postgresql://postgres:{secret}@127.0.0.1:{closed}/postgres", "refused"
-    with pytest.raises(Exception, match=f"Option 'url'.*{reason}") as info:
+    with pytest.raises(Exception, match=f"cannot connect \\(option 'url'\\): .*{reason}") as info:
         _run(_basic(frame), tmp_path, url, table=_table())
     text = str(info.value)
     assert secret not in text

@@ -60,6 +60,11 @@ class OutcomeUnknown(RuntimeError):
     """A prepared transaction is gone and the server no longer knows how it ended."""
 
 
+class CannotConnect(psycopg.OperationalError):
+    """No connection with the `url` option: a wrong url, or the server unavailable for now
+    (then worth retrying). The message names the option and never holds the password."""
+
+
 # -- connection strings: parsed once, never shown with the password -------------------------
 
 
@@ -304,8 +309,9 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
         try:
             return psycopg.connect(self.options.url, autocommit=autocommit, **params)
         except psycopg.Error as e:
-            raise psycopg.OperationalError(
-                f"{self.describe()}: cannot connect: {scrub(str(e), self.options.password)}"
+            raise CannotConnect(
+                f"{self.describe()}: cannot connect (option 'url'): "
+                f"{scrub(str(e), self.options.password)}"
             ) from None  # not chained: the original may carry the connection string
 
     # -- driver side: the store must be able to take the stream ------------------------------
@@ -313,11 +319,7 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
     def open(self) -> None:
         """Before each batch's tasks: prepared transactions enabled, the table there (created
         if asked), every column of the stream in it."""
-        try:
-            conn = self._connect(autocommit=True)
-        except psycopg.OperationalError as e:
-            raise OptionError("url", str(e)) from None
-        with conn:
+        with self._connect(autocommit=True) as conn:
             if self._exactly_once:
                 (limit,) = conn.execute("SHOW max_prepared_transactions").fetchone()
                 if int(limit) == 0:

@@ -14,6 +14,7 @@ import pytest
 from connectors.options import OptionError, Options
 from sinks.postgres import (
     FORMAT_NAME,
+    CannotConnect,
     GID_MAX_BYTES,
     OutcomeUnknown,
     PostgresOptions,
@@ -234,9 +235,36 @@ def test_csv_tells_null_from_empty_string_and_quotes_what_needs_it():
     assert first_fields == ['"plain"', '""', ""]
 
 
+def test_connection_failure_names_the_option_and_hides_the_password(tmp_path):
+    """Nothing listens on port 1: libpq fails at once, and the error must not carry the url."""
+    url = f"postgresql://app:{SECRET}@127.0.0.1:1/events?connect_timeout=2"
+    settings, options = _parse(url=url, table="t", checkpointLocation=str(tmp_path))
+    sink = PostgresSink(settings, options, pa.schema([("a", pa.int64())]))
+    with pytest.raises(CannotConnect, match=r"cannot connect \(option 'url'\)") as info:
+        sink.open()
+    assert SECRET not in str(info.value) and "postgresql://app@127.0.0.1:1/events" in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert sink.isTransient(info.value)  # an outage, as far as a commit retry can tell
+
+
 def test_store_errors_that_must_not_be_retried(tmp_path):
     settings, options = _parse(url="dbname=x", table="t", checkpointLocation=str(tmp_path))
     sink = PostgresSink(settings, options, pa.schema([("a", pa.int64())]))
     assert sink.isTransient(ConnectionError("reset"))
     for exc in (OutcomeUnknown("?"), PreparedTransactionsDisabled("0"), TransactionLost([1], "gone")):
         assert not sink.isTransient(exc)
+
+
+# -- the throwaway server's URLs (connectors/testing/postgres.py) ---------------------------
+
+
+def test_test_server_url_quotes_what_libpq_must_read_back():
+    from connectors.testing.postgres import PostgresServer
+
+    server = PostgresServer("127.0.0.1", 5433, "postgres", "p@ss/w:rd?&", "postgres", "15", "/d", 1)
+    assert "p@ss" not in repr(server)
+    params = parse_url(server.url(connect_timeout="2"))
+    assert params["password"] == "p@ss/w:rd?&" and params["connect_timeout"] == "2"
+    assert redacted_url(parse_url(server.url(password="x", dbname="other"))) == (
+        "postgresql://postgres@127.0.0.1:5433/other"
+    )
