@@ -106,20 +106,26 @@ class KafkaTxn:
     transactional_id: str | None
     stats: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
-    #: A shared producer's per-partition txmsgs when this task began (statistics are cumulative).
-    stats_before: dict = field(default_factory=dict)
 
 
-def _callbacks(current) -> dict[str, Any]:
-    """Delivery failures and statistics go to the task's KafkaTxn, `current()`."""
-    return {
+def _callbacks(current, *, statistics: bool) -> dict[str, Any]:
+    """Delivery failures (and statistics) go to the task's KafkaTxn, `current()`."""
+    conf: dict[str, Any] = {
         # Delivery reports for failures only: no Python callback per record on the hot path.
         "delivery.report.only.error": True,
         "on_delivery": lambda err, msg: current().errors.append(err),
-        # Statistics carry the producer id and epoch (eos) and the partitions written.
-        "statistics.interval.ms": "100",
-        "stats_cb": lambda s: current().stats.update(json.loads(s)),
     }
+    if statistics:
+        # Statistics carry the producer id and epoch (eos) and the partitions written;
+        # preCommit waits for the first one after its flush, so the interval is short: the
+        # producer lives for one task.
+        conf["statistics.interval.ms"] = str(STATS_INTERVAL_MS)
+        conf["stats_cb"] = lambda s: current().stats.update(json.loads(s))
+    return conf
+
+
+#: How often a transactional producer reports statistics (preCommit waits for one).
+STATS_INTERVAL_MS = 20
 
 
 @dataclass
@@ -142,12 +148,13 @@ def _shared_producer(kafka_conf: dict[str, str], guarantee: str, txn: KafkaTxn) 
     if shared is None:
         holder: list[KafkaTxn] = [txn]
         conf: dict[str, Any] = dict(kafka_conf)
-        conf.update(_callbacks(lambda: holder[0]))
+        # No statistics: the producer outlives its tasks, and undelivered statistics would pile
+        # up in its queue between them. Nothing but a flush is needed before its handle.
+        conf.update(_callbacks(lambda: holder[0], statistics=False))
         if guarantee == AT_LEAST_ONCE:
             conf.setdefault("enable.idempotence", "true")
         shared = _SHARED[key] = _Shared(Producer(conf), holder)
     else:
-        txn.stats_before = _txmsgs(shared.txn.stats)  # what the previous task saw last
         shared.holder[0] = txn
     return shared.producer
 
@@ -194,7 +201,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             txn.producer = _shared_producer(self.options.kafka_conf, self.settings.guarantee, txn)
             return txn
         conf: dict[str, Any] = dict(self.options.kafka_conf)
-        conf.update(_callbacks(lambda: txn))
+        conf.update(_callbacks(lambda: txn, statistics=True))
         conf["transactional.id"] = tid
         txn.producer = Producer(conf)
         txn.producer.init_transactions(30)  # fences and aborts what a crashed run left
@@ -241,26 +248,27 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 raise TimeoutError(f"{self.describe()}: records not delivered within flushTimeout")
         if txn.errors:
             raise KafkaException(txn.errors[0])
-        # Statistics taken after the flush count every record of this transaction (of a shared
-        # producer: every record since its previous task's, see `_shared_producer`).
+        if txn.transactional_id is None:
+            # At-least-once / none: delivered, acknowledged; the producer stays in its cache.
+            txn.producer = None
+            return {"flushed": True}
+        # Statistics taken after the flush count every record of this transaction.
         txn.stats.clear()
         while "topics" not in txn.stats or (
-            txn.transactional_id is not None
-            and txn.stats.get("eos", {}).get("txn_state") != "InTransaction"
+            txn.stats.get("eos", {}).get("txn_state") != "InTransaction"
         ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.describe()}: librdkafka reported no statistics")
             producer.poll(0.05)
-        handle: Handle = {"partitions": _partitions_written(txn.stats, txn.stats_before)}
-        if txn.transactional_id is not None:
-            eos = txn.stats["eos"]
-            handle.update({
-                "transactional_id": txn.transactional_id,
-                "producer_id": eos["producer_id"],
-                "producer_epoch": eos["producer_epoch"],
-            })
+        eos = txn.stats["eos"]
+        handle: Handle = {
+            "partitions": _partitions_written(txn.stats),
+            "transactional_id": txn.transactional_id,
+            "producer_id": eos["producer_id"],
+            "producer_epoch": eos["producer_epoch"],
+        }
         # Drop the producer without committing: the transaction stays open on the broker
-        # until the driver ends it (DESIGN.md section 4). A shared producer stays in its cache.
+        # until the driver ends it (DESIGN.md section 4).
         txn.producer = None
         del producer
         return handle
@@ -299,19 +307,12 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 log.warning("%s: could not abort %s: %s", self.describe(), h["transactional_id"], e)
 
 
-def _txmsgs(stats: dict) -> dict[tuple[str, int], int]:
-    return {
-        (topic, int(p)): part.get("txmsgs", 0)
+def _partitions_written(stats: dict) -> list[list]:
+    return sorted(
+        [topic, int(p)]
         for topic, t in stats.get("topics", {}).items()
         for p, part in t.get("partitions", {}).items()
-        if int(p) >= 0
-    }
-
-
-def _partitions_written(stats: dict, before: dict | None = None) -> list[list]:
-    before = before or {}
-    return sorted(
-        [topic, p] for (topic, p), n in _txmsgs(stats).items() if n > before.get((topic, p), 0)
+        if int(p) >= 0 and part.get("txmsgs", 0) > 0
     )
 
 
