@@ -55,7 +55,7 @@ def machine() -> dict:
         "pyspark": pyspark.__version__,
         "pyarrow": pa.__version__,
         "deltalake": deltalake.__version__,
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": confluent_kafka.__version__,
         "librdkafka": confluent_kafka.libversion()[0],
     }
 
