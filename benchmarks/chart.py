@@ -7,6 +7,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+#: Where the pipeline with a do-nothing Python end would stand: the ceiling of each ratio.
+CEILINGS = {
+    0: ("source", "ratio_ready_batches_source_vs_raw_consumers"),
+    1: ("kafka_sink", "ratio_noop_pipeline_vs_raw_producer"),
+    2: ("delta_sink", "ratio_python_noop_pipeline_vs_write_deltalake"),
+}
+
 RATIOS = [
     # (label, path into a size's results, target)
     ("source /\nraw consumers", ("source", "ratio"), 0.9),
@@ -37,14 +44,22 @@ def draw(results: dict, path: str) -> None:
         for b, v in zip(bars, vals):
             ax1.text(b.get_x() + b.get_width() / 2, v + 0.01, f"{v:.2f}", ha="center", va="bottom",
                      fontsize=8)
+        for j, cpath in CEILINGS.items():
+            try:
+                c = _get(results["by_value_size"][size], cpath)
+            except KeyError:
+                continue
+            ax1.plot([xs[j]], [min(c, 1.5)], marker="_", markersize=18, markeredgewidth=2.5,
+                     color="black", label="ceiling: same pipeline, Python end does nothing"
+                     if i == 0 and j == 0 else None)
     for j, (_, _, target) in enumerate(RATIOS):
         ax1.hlines(target, j - 0.45, j + 0.45, colors="crimson", linestyles="--", linewidth=1.5,
                    label="target" if j == 0 else None)
     ax1.set_xticks(range(len(RATIOS)), [label for label, _, _ in RATIOS], fontsize=8.5)
     ax1.set_ylabel("ratio (same run)")
     ax1.set_title("Throughput as ratios against the raw clients")
-    ax1.legend(fontsize=8, loc="upper right")
-    ax1.set_ylim(0, max(1.15, ax1.get_ylim()[1]))
+    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=4)
+    ax1.set_ylim(0, min(1.6, max(1.15, ax1.get_ylim()[1])))
 
     labels, med, p95 = [], [], []
     for size in sizes:
