@@ -300,3 +300,26 @@ def batch_lines(sink: str) -> list[dict]:
     with open(path) as f:
         lines = [json.loads(line) for line in f if line.strip()]
     return [line for line in lines if line["sink"] == sink]
+
+
+def eo_vs_alo(eo_1s: list[dict], alo_1s: list[dict], rows_per_batch: int) -> dict:
+    """The 1-second-trigger comparison and the commit phase's latency, for either sink."""
+    eo1 = max(r["rows_per_s"] for r in eo_1s)
+    alo1 = max(r["rows_per_s"] for r in alo_1s)
+    commit_ms = [ms for r in eo_1s for ms in r["commit_ms"]]
+    return {
+        "trigger_1s": {
+            "rows_per_batch": rows_per_batch,
+            "batches": eo_1s[0]["batches"],
+            "exactly_once_rows_per_s": round(eo1),
+            "at_least_once_rows_per_s": round(alo1),
+            "exactly_once_runs": [round(r["rows_per_s"]) for r in eo_1s],
+            "at_least_once_runs": [round(r["rows_per_s"]) for r in alo_1s],
+            "ratio_exactly_once_vs_at_least_once": ratio(eo1, alo1),
+        },
+        "commit_phase_ms": {
+            "batches": len(commit_ms),
+            "median": round(median(commit_ms), 1),
+            "p95": round(pct(commit_ms, 0.95), 1),
+        },
+    }

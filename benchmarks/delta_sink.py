@@ -14,14 +14,21 @@ figures are about the sink, not about the Kafka source:
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
 
 from deltalake import DeltaTable, write_deltalake
 
-from benchmarks.common import ParquetInput, batch_lines, file_stream, median, pct, ratio, run_query, start
+from benchmarks.common import (
+    ParquetInput,
+    batch_lines,
+    eo_vs_alo,
+    file_stream,
+    ratio,
+    run_query,
+    start,
+)
 
 
 def run_sink(spark, work: str, inp: ParquetInput, *, fmt: str, files_per_trigger: int,
@@ -77,9 +84,6 @@ def measure(spark, work: str, inp: ParquetInput, *, files_per_batch: int,
     for _ in range(repeats):
         eo_1s.append(run_sink(spark, work, inp, fmt="delta-eos", guarantee="exactly-once", **small))
         alo_1s.append(run_sink(spark, work, inp, fmt="delta-eos", guarantee="at-least-once", **small))
-    eo1 = max(r["rows_per_s"] for r in eo_1s)
-    alo1 = max(r["rows_per_s"] for r in alo_1s)
-    commit_ms = [ms for r in eo_1s for ms in r["commit_ms"]]
     return {
         "records": inp.rows,
         "value_bytes": value_bytes,
@@ -94,18 +98,5 @@ def measure(spark, work: str, inp: ParquetInput, *, files_per_batch: int,
         "ratio_vs_write_deltalake": ratio(eo_best, raw),
         "ratio_python_noop_pipeline_vs_write_deltalake": ratio(py_noop["rows_per_s"], raw),
         "ratio_vs_python_noop_pipeline": ratio(eo_best, py_noop["rows_per_s"]),
-        "trigger_1s": {
-            "rows_per_batch": files_per_trigger_1s * inp.rows_per_file,
-            "batches": eo_1s[0]["batches"],
-            "exactly_once_rows_per_s": round(eo1),
-            "at_least_once_rows_per_s": round(alo1),
-            "exactly_once_runs": [round(r["rows_per_s"]) for r in eo_1s],
-            "at_least_once_runs": [round(r["rows_per_s"]) for r in alo_1s],
-            "ratio_exactly_once_vs_at_least_once": ratio(eo1, alo1),
-        },
-        "commit_phase_ms": {
-            "batches": len(commit_ms),
-            "median": round(median(commit_ms), 1),
-            "p95": round(pct(commit_ms, 0.95), 1),
-        },
+        **eo_vs_alo(eo_1s, alo_1s, files_per_trigger_1s * inp.rows_per_file),
     }

@@ -21,9 +21,8 @@ from benchmarks.common import (
     ParquetInput,
     batch_lines,
     file_stream,
+    eo_vs_alo,
     in_processes,
-    median,
-    pct,
     ratio,
     raw_produce,
     run_query,
@@ -91,9 +90,6 @@ def measure(spark, bootstrap: str, inp: ParquetInput, *, partitions: int, files_
     for _ in range(repeats):
         eo_1s.append(run_sink(spark, bootstrap, inp, guarantee="exactly-once", **small))
         alo_1s.append(run_sink(spark, bootstrap, inp, guarantee="at-least-once", **small))
-    eo1 = max(r["rows_per_s"] for r in eo_1s)
-    alo1 = max(r["rows_per_s"] for r in alo_1s)
-    commit_ms = [ms for r in eo_1s for ms in r["commit_ms"]]
     return {
         "records": inp.rows,
         "value_bytes": value_bytes,
@@ -108,18 +104,5 @@ def measure(spark, bootstrap: str, inp: ParquetInput, *, partitions: int, files_
         "python_noop_sink_rows_per_s": round(noop["rows_per_s"]),
         "ratio_vs_raw_producer": ratio(eo_best, raw),
         "ratio_noop_pipeline_vs_raw_producer": ratio(noop["rows_per_s"], raw),
-        "trigger_1s": {
-            "rows_per_batch": files_per_trigger_1s * inp.rows_per_file,
-            "batches": eo_1s[0]["batches"],
-            "exactly_once_rows_per_s": round(eo1),
-            "at_least_once_rows_per_s": round(alo1),
-            "exactly_once_runs": [round(r["rows_per_s"]) for r in eo_1s],
-            "at_least_once_runs": [round(r["rows_per_s"]) for r in alo_1s],
-            "ratio_exactly_once_vs_at_least_once": ratio(eo1, alo1),
-        },
-        "commit_phase_ms": {
-            "batches": len(commit_ms),
-            "median": round(median(commit_ms), 1),
-            "p95": round(pct(commit_ms, 0.95), 1),
-        },
+        **eo_vs_alo(eo_1s, alo_1s, files_per_trigger_1s * inp.rows_per_file),
     }
