@@ -58,3 +58,15 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
 
 def stream_options(bootstrap: str, **options: str) -> dict[str, str]:
     return {"kafka.bootstrap.servers": bootstrap, **options}
+
+
+def earliest_stream(spark, bootstrap: str, topic: str, max_per_trigger: str = "30"):
+    """A `kafka-eos` stream of `topic` from the start, `max_per_trigger` records a batch."""
+    return (
+        spark.readStream.format("kafka-eos")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", max_per_trigger)
+        .load()
+    )

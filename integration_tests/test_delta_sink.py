@@ -11,6 +11,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from integration_tests.delta_oracle import assert_exactly_once, orphan_files, txn_versions
 from integration_tests.kafka_data import create_topic, produce, unique_topic
+from integration_tests.streaming import earliest_stream
 
 
 @pytest.fixture
@@ -20,15 +21,8 @@ def source(spark, bootstrap):
     expected = produce(bootstrap, topic, 2, 40)
 
     def frame(max_per_trigger: str = "30"):
-        return (
-            spark.readStream.format("kafka-eos")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", max_per_trigger)
-            .load()
-            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
-                        "partition", "offset")
+        return earliest_stream(spark, bootstrap, topic, max_per_trigger).selectExpr(
+            "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset"
         )
 
     return frame, expected

@@ -13,6 +13,7 @@ import pytest
 
 from connectors.testing.postgres import postgres_server, prepared_transactions, query
 from integration_tests.kafka_data import create_topic, produce, unique_topic
+from integration_tests.streaming import earliest_stream
 
 
 @pytest.fixture(scope="module")
@@ -22,14 +23,7 @@ def source(spark, bootstrap):
     expected = produce(bootstrap, topic, 2, 40)
 
     def frame(max_per_trigger: str = "30"):
-        return (
-            spark.readStream.format("kafka-eos")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", max_per_trigger)
-            .load()
-        )
+        return earliest_stream(spark, bootstrap, topic, max_per_trigger)
 
     return frame, expected
 

@@ -54,25 +54,19 @@ events = (
     .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
     .load()
 )
+# The table sinks get one row per record, with its source position for the oracles.
+rows = events.selectExpr(
+    "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+    "partition", "offset", "timestamp",
+)
 if args.pg_table:
     writer = (
-        events.selectExpr(
-            "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
-            "partition", "offset", "timestamp",
-        )
-        .writeStream.format("postgres-eos")
+        rows.writeStream.format("postgres-eos")
         .option("url", os.environ["EOS_PG_URL"])
         .option("table", args.pg_table)
     )
 elif args.table:
-    writer = (
-        events.selectExpr(
-            "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
-            "partition", "offset", "timestamp",
-        )
-        .writeStream.format("delta-eos")
-        .option("path", args.table)
-    )
+    writer = rows.writeStream.format("delta-eos").option("path", args.table)
 else:
     writer = (
         events.select("key", "value")
