@@ -23,6 +23,7 @@ POINTS = (
     "task_fail",         # a task raises (first attempt only): Spark retries it
     "after_precommit",   # every task prepared; no decision yet
     "after_decision",    # decision logged; nothing committed
+    "after_store_commit",  # the store committed (a partition, or the whole batch); no marker yet
     "after_some_commits",  # some partitions committed (stores that commit per partition)
     "after_commit",      # all committed and logged; Spark has not yet written its commit log
 )

@@ -19,7 +19,7 @@ and hands Spark `sink.streamWriter()`. Per batch N the writer does:
   2. driver: write the decision record "commit N with these handles" (the decision point);
   3. driver: commit the handles (bounded retries, commit timeout), mark partitions committed;
   4. driver: mark N done, garbage-collect old records; only then does Spark log N committed.
-When Spark builds the writer for a batch's tasks, recovery runs first: a decided batch is
+When Spark pickles the writer for a batch's tasks, recovery runs first: a decided batch is
 committed (recoverAndCommit), an undecided one is aborted (recoverAndAbort). On a replay a
 partition already committed writes nothing; one whose transaction was lost is written again.
 """
@@ -31,7 +31,6 @@ import logging
 import os
 import sys
 import time
-import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -201,8 +200,9 @@ class TwoPhaseCommitSink(ABC, Generic[Txn]):
 
     def cleanupAbandoned(self) -> None:
         """Remove what tasks killed before preCommit left behind (they logged no handle, so
-        recoverAndAbort cannot know of it). Called once per query run, after recovery has
-        committed every decided batch, before any new task runs."""
+        recoverAndAbort cannot know of it), or what a speculative or zombie attempt prepared
+        after its batch was committed. Called before every batch's tasks, after recovery has
+        committed every decided batch: keep it cheap, or throttle it in the store."""
 
     def isTransient(self, exc: BaseException) -> bool:
         """Whether a failed commit is worth retrying."""
@@ -220,18 +220,6 @@ class TwoPhaseCommitSink(ABC, Generic[Txn]):
         return TwoPhaseCommitWriter(self)
 
 
-def _spark_role() -> str:
-    """Why Spark is building this writer: to ship it to a batch's tasks ("tasks") or to call
-    commit/abort on it ("commit"). PySpark builds a fresh writer for each, in different worker
-    scripts; only the former may recover, since recovery aborts undecided batches."""
-    modules = {frame.f_globals.get("__name__") for frame, _ in traceback.walk_stack(None)}
-    if "pyspark.sql.worker.python_streaming_sink_runner" in modules:
-        return "commit"
-    if "pyspark.sql.worker.write_into_data_source" in modules:
-        return "tasks"
-    return "other"
-
-
 def _structured_logger() -> logging.Logger:
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -245,15 +233,27 @@ def _structured_logger() -> logging.Logger:
 class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
     """PySpark's streaming writer (Arrow variant) running the protocol around a sink."""
 
-    def __init__(self, sink: TwoPhaseCommitSink, *, role: str | None = None) -> None:
+    def __init__(self, sink: TwoPhaseCommitSink) -> None:
         self.sink = sink
         self.settings = sink.settings
-        role = role or _spark_role()
-        if role == "tasks":
-            _structured_logger()
-            sink.open()
-            if self.exactly_once:
-                self.recover()
+        #: True once the store was opened and recovery ran for the tasks this writer goes to.
+        self.ready_for_tasks = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Spark pickles the writer it built for a batch's tasks, and only that one (the writer
+        built to commit or abort is used in place): so pickling is when recovery must run. This
+        does not depend on how Spark starts its Python workers (daemon or not, any platform)."""
+        if not self.ready_for_tasks:
+            self.prepare_for_tasks()
+        return dict(self.__dict__)
+
+    def prepare_for_tasks(self) -> None:
+        """Before any task of a batch: validate the store, then (exactly-once) recover."""
+        _structured_logger()
+        self.sink.open()
+        if self.exactly_once:
+            self.recover()
+        self.ready_for_tasks = True
 
     @property
     def exactly_once(self) -> bool:
@@ -268,6 +268,12 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPartition:
         from pyspark import TaskContext
 
+        if not self.ready_for_tasks:
+            # Never write without the recovery that must precede a batch's tasks.
+            raise RuntimeError(
+                f"{self.sink.describe()}: this writer reached a task without having recovered "
+                "the transaction log first; it must be pickled by Spark's planner"
+            )
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         info = TaskInfo(batch_id, ctx.partitionId(), ctx.attemptNumber())
@@ -278,6 +284,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
             return PreparedPartition(batch_id, info.partition_id, info.attempt, None, skipped=True)
 
         txn: Any = None
+        handle: Handle | None = None
         rows = nbytes = 0
         try:
             for batch in iterator:
@@ -291,24 +298,33 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
                 faults.inject("task_write", batch_id, info.partition_id)
             faults.inject("task_fail", batch_id, info.partition_id, info.attempt)
             handle = self.sink.preCommit(txn) if txn is not None else None
-        except BaseException:
-            if txn is not None:
-                try:
-                    self.sink.abortTransaction(txn)
-                except Exception:  # the original failure matters more
-                    log.exception("%s: abortTransaction failed", self.sink.describe())
-            raise
-        if handle is not None:
-            if self.exactly_once:
+            if handle is not None and self.exactly_once:
+                # Inside the abort scope: a prepared transaction whose handle never reached
+                # the log would be known to nobody.
                 self._log().record_prepared(batch_id, info.partition_id, info.attempt, handle)
-            else:  # at-least-once / none: every task commits its own transaction
-                lost = self._commit(batch_id, {info.partition_id: handle}, recovering=False)
-                if lost:  # fail the task: Spark's retry writes the partition again
-                    raise TransactionLost(lost, f"{self.sink.describe()} lost a task's commit")
+        except BaseException:
+            self._abort_failed_task(txn, handle)
+            raise
+        if handle is not None and not self.exactly_once:
+            # at-least-once / none: every task commits its own transaction
+            lost = self._commit(batch_id, {info.partition_id: handle}, recovering=False)
+            if lost:  # fail the task: Spark's retry writes the partition again
+                raise TransactionLost(lost, f"{self.sink.describe()} lost a task's commit")
         return PreparedPartition(
             batch_id, info.partition_id, info.attempt, handle,
             rows=rows, bytes=nbytes, write_ms=(time.perf_counter() - started) * 1000,
         )
+
+    def _abort_failed_task(self, txn: Any, handle: Handle | None) -> None:
+        """A task failed: before preCommit its open transaction is the store's to clean up;
+        after it, the handle is what can still abort the prepared transaction."""
+        try:
+            if handle is not None:
+                self.sink.abort([handle])
+            elif txn is not None:
+                self.sink.abortTransaction(txn)
+        except Exception:  # the original failure matters more
+            log.exception("%s: aborting a failed task's transaction failed", self.sink.describe())
 
     # -- driver side ------------------------------------------------------------------------
 
@@ -379,6 +395,10 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
                 # An atomic store that could not commit committed none of the group.
                 lost.extend(e.partitions if self.sink.commits_per_partition else group)
                 log.warning("%s: batch %d: %s", self.sink.describe(), batch_id, e)
+            faults.inject(
+                "after_store_commit", batch_id,
+                next(iter(group)) if self.sink.commits_per_partition else None,
+            )
             if txlog is not None:
                 txlog.record_committed(batch_id, [p for p in group if p not in lost])
             if i == 0 and len(groups) > 1:
@@ -412,17 +432,14 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
 
     # -- recovery ---------------------------------------------------------------------------
 
-    _cleaned: set[str] = set()  # checkpoints cleaned up by this worker process
-
     def recover(self) -> None:
-        """Finish or undo what earlier runs left in the log, before any new task runs."""
+        """Finish or undo what earlier runs left in the log, before any new task runs; then let
+        the store clean up what no decision names. Runs at every batch's planning: a worker
+        process may outlive a query run, and a speculative or zombie task of the last batch may
+        have prepared after that batch's commit."""
         txlog = self._log()
         self._recover_batches(txlog)
-        # After the decided batches are in: whatever of ours the store still does not hold
-        # belongs to no decision and can go.
-        if txlog.location not in TwoPhaseCommitWriter._cleaned:
-            self.sink.cleanupAbandoned()
-            TwoPhaseCommitWriter._cleaned.add(txlog.location)
+        self.sink.cleanupAbandoned()
 
     def _recover_batches(self, txlog: TransactionLog) -> None:
         for batch_id in txlog.pending():

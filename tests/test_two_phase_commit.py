@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import time
 from typing import Any
 
@@ -167,7 +168,9 @@ def make(chk, guarantee=EXACTLY_ONCE, *, timeout_ms=60_000, attempts=4, retain=1
         make_settings(chk, guarantee, timeout_ms=timeout_ms, attempts=attempts, retain=retain),
         **store_kw,
     )
-    return store, TwoPhaseCommitWriter(store, role="other")
+    writer = TwoPhaseCommitWriter(store)
+    writer.ready_for_tasks = True  # as if unpickled in a task; tests of recovery call recover()
+    return store, writer
 
 
 def h(batch: int, partition: int, attempt: int = 0, tag: str = "") -> dict:
@@ -594,15 +597,15 @@ def test_recover_is_idempotent(chk):
     ]
     state_before = (txlog.batches(), txlog.pending(), txlog.state(1))
     writer.recover()
-    assert store.calls == calls
+    # Nothing left to recover; only the store's clean-up runs again (before every batch).
+    assert store.calls == calls + [("cleanupAbandoned",)]
     assert (txlog.batches(), txlog.pending(), txlog.state(1)) == state_before
-    # A new writer of the same checkpoint in this process: still nothing to do.
-    TwoPhaseCommitWriter(store, role="other").recover()
-    assert store.calls == calls
 
 
-def test_cleanup_abandoned_runs_after_recovery_once_per_checkpoint(tmp_path):
-    chk_a, chk_b = str(tmp_path / "a"), str(tmp_path / "b")
+def test_cleanup_abandoned_runs_after_recovery_before_every_batch(tmp_path):
+    """Not once per worker process: a worker outlives a query run, and a speculative loser
+    may prepare after its batch's commit; each planning cleans up again."""
+    chk_a = str(tmp_path / "a")
     txlog = TransactionLog(chk_a)
     txlog.record_prepared(0, 0, 0, h(0, 0))
     txlog.record_decision(0, {0: h(0, 0)})
@@ -610,38 +613,50 @@ def test_cleanup_abandoned_runs_after_recovery_once_per_checkpoint(tmp_path):
     writer.recover()
     assert [c[0] for c in store.calls] == ["isCommitted", "recoverAndCommit", "cleanupAbandoned"]
     writer.recover()
-    assert len(store.named("cleanupAbandoned")) == 1
-    other, other_writer = make(chk_b)
-    other_writer.recover()
-    assert len(other.named("cleanupAbandoned")) == 1
+    assert len(store.named("cleanupAbandoned")) == 2
+    assert len(store.named("recoverAndCommit")) == 1
 
 
-def test_tasks_role_opens_the_store_and_recovers(chk):
+def test_pickling_for_tasks_opens_the_store_and_recovers(chk):
+    """Spark pickles the writer it ships to tasks: that, not the worker's module name (which is
+    __main__ with spark.python.use.daemon=false), is what runs recovery."""
     txlog = TransactionLog(chk)
     txlog.record_prepared(0, 0, 0, h(0, 0))
     txlog.record_decision(0, {0: h(0, 0)})
     store = FakeStore(make_settings(chk))
-    TwoPhaseCommitWriter(store, role="tasks")
+    writer = TwoPhaseCommitWriter(store)
+    assert store.calls == []  # building it (as the commit runner does) does nothing
+    shipped = pickle.loads(pickle.dumps(writer))
     assert [c[0] for c in store.calls] == [
         "open", "isCommitted", "recoverAndCommit", "cleanupAbandoned",
     ]
     assert txlog.state(0).done
+    assert shipped.ready_for_tasks
+    pickle.dumps(writer)  # Spark pickles it twice (the write function's closure and itself)
+    assert len(store.named("open")) == 1
 
 
-def test_tasks_role_at_least_once_does_not_recover(tmp_path):
+def test_pickling_at_least_once_opens_but_does_not_recover(tmp_path):
     store = FakeStore(make_settings(str(tmp_path / "c"), AT_LEAST_ONCE))
-    TwoPhaseCommitWriter(store, role="tasks")
+    pickle.dumps(TwoPhaseCommitWriter(store))
     assert [c[0] for c in store.calls] == ["open"]
 
 
-def test_other_roles_do_not_recover(chk):
+def test_a_writer_built_to_commit_does_not_recover(chk):
     txlog = TransactionLog(chk)
     txlog.record_prepared(0, 0, 0, h(0, 0))
     store = FakeStore(make_settings(chk))
-    TwoPhaseCommitWriter(store, role="commit")
-    TwoPhaseCommitWriter(store, role="other")
-    assert store.calls == []
-    assert txlog.pending() == [0]
+    TwoPhaseCommitWriter(store).commit([], 5)
+    assert not store.named("recoverAndAbort", "recoverAndCommit", "cleanupAbandoned", "open")
+    assert 0 in txlog.pending()
+
+
+def test_a_task_refuses_a_writer_that_did_not_recover(chk, monkeypatch):
+    """Recovery that silently does not run duplicates output: the task fails instead."""
+    store = FakeStore(make_settings(chk))
+    writer = TwoPhaseCommitWriter(store)
+    with pytest.raises(RuntimeError, match="without having recovered"):
+        writer.write(iter([]))
 
 
 # --------------------------------------------------------------------------- 5. abort()
@@ -742,7 +757,7 @@ def test_non_exactly_once_commit_writes_no_log(chk, guarantee):
 
 def test_at_least_once_without_checkpoint_commit_works(tmp_path):
     store = FakeStore(make_settings(None, AT_LEAST_ONCE))
-    writer = TwoPhaseCommitWriter(store, role="other")
+    writer = TwoPhaseCommitWriter(store)
     writer.commit(msgs(0, [0]), 0)
     writer.abort(msgs(0, [0]), 0)
     assert store.calls == []
@@ -899,7 +914,7 @@ def test_task_fail_raises_on_first_attempt_only(monkeypatch):
 def test_every_point_is_known():
     assert set(faults.POINTS) == {
         "task_write", "task_fail", "after_precommit", "after_decision",
-        "after_some_commits", "after_commit",
+        "after_store_commit", "after_some_commits", "after_commit",
     }
 
 
@@ -940,3 +955,35 @@ def test_relative_checkpoint_location_is_made_absolute_on_the_driver(tmp_path, m
     assert qualify_path("s3://bucket/ckpt") == "s3://bucket/ckpt"
     assert qualify_path("/abs/ckpt") == "/abs/ckpt"
     assert qualify_path(None) is None
+
+
+def test_a_failed_log_write_after_precommit_aborts_the_prepared_handle(chk, task, monkeypatch):
+    """A prepared transaction whose handle never reached the log is known to nobody: the task
+    aborts it by its handle before failing (it would otherwise hold locks, or LSO, forever)."""
+    store, writer = make(chk)
+    task(3, 0)
+
+    def broken(*args, **kwargs):
+        raise OSError("the checkpoint store refused the write")
+
+    monkeypatch.setattr(TransactionLog, "record_prepared", broken)
+    with pytest.raises(OSError, match="refused"):
+        writer.write(iter(_batches(2)))
+    assert store.named("abort") == [("abort", [{"b": 3, "p": 0, "a": 0, "rows": 2}])]
+
+
+def test_the_store_commit_fault_point_sits_before_the_committed_marker(chk, monkeypatch):
+    """The crash point 'after a partition's store commit, before its committed marker'."""
+    store, writer = make(chk)
+    seen = []
+    monkeypatch.setattr(
+        faults, "inject",
+        lambda point, batch, partition=None, attempt=0: seen.append(
+            (point, partition, sorted(TransactionLog(chk).state(batch).committed))
+        ),
+    )
+    store.commits_per_partition = True
+    writer.commit(msgs(1, [0, 1]), 1)
+    assert [s for s in seen if s[0] == "after_store_commit"] == [
+        ("after_store_commit", 0, []), ("after_store_commit", 1, [0]),
+    ]
