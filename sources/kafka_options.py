@@ -58,10 +58,16 @@ class KafkaSourceOptions:
     poll_timeout_ms: int
     fetch_attempts: int
     arrow_batch_rows: int
+    fetch_retry_interval_ms: int = 10
 
     @property
     def bootstrap_servers(self) -> str:
         return self.kafka_conf["bootstrap.servers"]
+
+    @property
+    def fetch_retries(self) -> int:
+        """fetchOffset.numRetries: look-ups after the first one."""
+        return self.fetch_attempts - 1
 
 
 def _parse_subscription(opts: Options) -> Subscription:
@@ -190,4 +196,5 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
         poll_timeout_ms=opts.get_int("kafkaConsumer.pollTimeoutMs", 120_000, minimum=1),
         fetch_attempts=opts.get_int("fetchOffset.numRetries", 3, minimum=0) + 1,
         arrow_batch_rows=opts.get_int("arrowBatchRows", 20_000, minimum=1),
+        fetch_retry_interval_ms=opts.get_int("fetchOffset.retryIntervalMs", 10, minimum=0),
     )

@@ -32,7 +32,7 @@ from connectors.options import OptionError
 from sources import offsets as off
 from sources.kafka_options import KafkaSourceOptions, parse_source_options
 from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, read_range
-from sources.resolver import OffsetResolver
+from sources.resolver import OffsetResolver, report_data_loss
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +149,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = off.from_json(start)
-        tps = self.resolver.partitions(strict=False)
-        latest = self._target if self._target is not None else self.resolver.latest(tps)
+        latest = self._settled_latest(begin)
         begin = self._reconcile(begin, latest)
         self._latest = latest
         if isinstance(limit, ReadAllAvailable):
@@ -158,6 +157,25 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         else:
             end = self._limited_end(begin, latest)
         return off.to_json(end)
+
+    def _settled_latest(self, begin: off.PartitionOffsets) -> off.PartitionOffsets:
+        """Latest offsets (Trigger.AvailableNow's target if set), looked up again while any is
+        below `begin`, fetchOffset.numRetries times, before one that went back is believed."""
+        if self._target is not None:
+            tps = list(self._target)
+            first: off.PartitionOffsets | None = self._target
+        else:
+            tps, first = self.resolver.partitions(strict=False), None
+        latest = off.settle_latest(
+            lambda: self.resolver.latest(tps),
+            begin,
+            retries=self.options.fetch_retries,
+            interval_ms=self.options.fetch_retry_interval_ms,
+            first=first,
+        )
+        if self._target is not None:
+            self._target = latest
+        return latest
 
     def _reconcile(self, begin: off.PartitionOffsets, latest: off.PartitionOffsets) -> off.PartitionOffsets:
         """Bring `begin` in line with the partitions that exist now.
@@ -178,12 +196,10 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
     def _fill_and_rewind(
         self, begin: off.PartitionOffsets, end: off.PartitionOffsets
     ) -> off.PartitionOffsets:
-        """Start new partitions at their earliest offset; rewind those whose end went back.
-
-        A partition that appears (topic grew, or a new topic matched the pattern) is read from
-        its earliest offset. One whose offsets went backwards (topic deleted and recreated) is
-        data loss: fail, or with failOnDataLoss=false read it again from its earliest offset.
-        """
+        """`begin` for sizing the next batch: new partitions (topic grew, or a new topic matched
+        the pattern) count from their earliest offset, and so do those whose offsets went back
+        (topic recreated), which is data loss: fail, or with failOnDataLoss=false read them
+        again. The plan reads both from offset 0 (`offsets.replay_start`)."""
         result = dict(begin)
         new = [tp for tp in end if tp not in result]
         if new:
@@ -215,23 +231,18 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         return off.to_json(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        stop = off.from_json(end)
-        begin = self._fill_and_rewind(off.from_json(start), stop)
-        self._check_retention(begin, stop)
+        """The batch's tasks, from its logged offsets and the options only: a replayed batch
+        gets the same plan whatever the broker says now. Records removed since are data loss
+        when they are read."""
+        logged, stop = off.from_json(start), off.from_json(end)
+        begin, went_back = off.replay_start(logged, stop)
+        for tp in went_back:
+            report_data_loss(
+                self.options,
+                f"the offsets of {tp[0]}-{tp[1]} went back from {logged[tp]} to {stop[tp]} "
+                "(topic recreated?)",
+            )
         return _plan(self.options, begin, stop)  # type: ignore[return-value]
-
-    def _check_retention(self, begin: off.PartitionOffsets, stop: off.PartitionOffsets) -> None:
-        """Records between `begin` and the partition's earliest offset were deleted."""
-        needed = [tp for tp in stop if stop[tp] > begin.get(tp, stop[tp])]
-        if not needed:
-            return
-        for tp, low in self.resolver.earliest(needed).items():
-            if low > begin[tp]:
-                self.resolver.report_data_loss(
-                    f"offsets {begin[tp]}..{min(low, stop[tp]) - 1} of {tp[0]}-{tp[1]} were "
-                    f"removed (earliest available is {low})"
-                )
-                begin[tp] = min(low, stop[tp])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)

@@ -7,12 +7,16 @@ next offset to read.
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from connectors.options import OptionError
+
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
@@ -191,3 +195,54 @@ def plan_ranges(
     for r, p in zip(ranges, parts):
         planned.extend(split_range(r, p))
     return planned
+
+
+def went_back(
+    known: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]
+) -> list[TopicPartition]:
+    """The partitions whose latest offset is below the one already known."""
+    return sorted(tp for tp, o in latest.items() if tp in known and o < known[tp])
+
+
+def settle_latest(
+    fetch: Callable[[], PartitionOffsets],
+    known: Mapping[TopicPartition, int],
+    *,
+    retries: int,
+    interval_ms: int,
+    sleep: Callable[[float], None] = time.sleep,
+    first: PartitionOffsets | None = None,
+) -> PartitionOffsets:
+    """Latest offsets from `fetch`, fetched again while any is below `known`.
+
+    A broker can answer a latest offset that went back (KAFKA-7703), so, as Spark's Kafka source
+    does, up to `retries` more look-ups `interval_ms` apart are made before such an answer is
+    believed. `first` is an answer already in hand (fetched before).
+    """
+    latest = fetch() if first is None else first
+    for attempt in range(1, retries + 1):
+        back = went_back(known, latest)
+        if not back:
+            break
+        log.warning(
+            "kafka-eos: the latest offsets of %s went back; fetching them again (%d of %d)",
+            ", ".join(f"{t}-{p}" for t, p in back), attempt, retries,
+        )
+        sleep(interval_ms / 1000)
+        latest = fetch()
+    return latest
+
+
+def replay_start(
+    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]
+) -> tuple[PartitionOffsets, list[TopicPartition]]:
+    """Where each partition of a logged batch [start, end) is read from, and which went back.
+
+    Pure, so a replayed batch gets the same plan whatever the broker says now: a partition new
+    in `end`, or one whose end is below its start (topic recreated), is read from offset 0.
+    Records no longer there are data loss when the range is read.
+    """
+    back = went_back(start, end)
+    begin = {tp: start[tp] for tp in end if tp in start}
+    begin.update({tp: 0 for tp in end if tp not in start or tp in back})
+    return begin, back

@@ -106,12 +106,17 @@ class OffsetResolver:
     # -- data loss ----------------------------------------------------------------------------
 
     def report_data_loss(self, message: str) -> None:
-        if self.options.fail_on_data_loss:
-            raise DataLossError(
-                f"kafka-eos: {message}. Some data may have been lost; set failOnDataLoss=false "
-                "to continue from the earliest available offset with a warning."
-            )
-        log.warning("kafka-eos: %s; continuing because failOnDataLoss=false", message)
+        report_data_loss(self.options, message)
+
+
+def report_data_loss(options: KafkaSourceOptions, message: str) -> None:
+    """Fail with `message`, or with failOnDataLoss=false log it and go on (no broker needed)."""
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"kafka-eos: {message}. Some data may have been lost; set failOnDataLoss=false "
+            "to continue from the earliest available offset with a warning."
+        )
+    log.warning("kafka-eos: %s; continuing because failOnDataLoss=false", message)
 
 
 def _check_covers(option: str, offsets: Mapping[TopicPartition, int], tps: list[TopicPartition]) -> None:

@@ -17,9 +17,12 @@ from sources.offsets import (
     from_json,
     parse_offsets_option,
     plan_ranges,
+    replay_start,
+    settle_latest,
     split_range,
     to_json,
     total_rows,
+    went_back,
 )
 
 SEED = 20240611
@@ -473,3 +476,112 @@ def test_plan_ranges_cover_property():
             for y in counts:
                 if sizes[x] > sizes[y]:
                     assert counts[x] >= counts[y], (x, y, sizes, counts)
+
+
+# --------------------------------------------------------------------------- settle_latest
+
+
+class _Script:
+    """A latest-offset look-up answering from a script (the last answer repeats)."""
+
+    def __init__(self, *answers: dict) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    def __call__(self) -> dict:
+        answer = self.answers[min(self.calls, len(self.answers) - 1)]
+        self.calls += 1
+        return dict(answer)
+
+
+def _settle(fetch, known, *, retries=3, interval_ms=10, first=None):
+    sleeps: list[float] = []
+    got = settle_latest(
+        fetch, known, retries=retries, interval_ms=interval_ms, sleep=sleeps.append, first=first
+    )
+    return got, sleeps
+
+
+def test_went_back_compares_known_partitions_only():
+    known = {("t", 0): 10, ("t", 1): 5}
+    assert went_back(known, {("t", 0): 9, ("t", 1): 5, ("t", 2): 0}) == [("t", 0)]
+    assert went_back(known, {("t", 0): 10, ("t", 1): 6}) == []
+    assert went_back({}, {("t", 0): 0}) == []
+
+
+def test_settle_latest_refetches_a_latest_that_went_back():
+    """The sequence seen on the embedded broker: 338 known, then 328, then 340."""
+    fetch = _Script({("p", 0): 328}, {("p", 0): 340})
+    got, sleeps = _settle(fetch, {("p", 0): 338})
+    assert got == {("p", 0): 340}
+    assert fetch.calls == 2
+    assert sleeps == [0.01]
+
+
+def test_settle_latest_believes_a_latest_that_stays_back_after_all_retries():
+    fetch = _Script({("p", 0): 328})
+    got, sleeps = _settle(fetch, {("p", 0): 338}, retries=3, interval_ms=250)
+    assert got == {("p", 0): 328}
+    assert fetch.calls == 4
+    assert sleeps == [0.25, 0.25, 0.25]
+
+
+def test_settle_latest_without_retries_believes_the_first_answer():
+    fetch = _Script({("p", 0): 328}, {("p", 0): 340})
+    got, sleeps = _settle(fetch, {("p", 0): 338}, retries=0)
+    assert got == {("p", 0): 328}
+    assert (fetch.calls, sleeps) == (1, [])
+
+
+def test_settle_latest_fetches_once_when_nothing_went_back():
+    fetch = _Script({("p", 0): 338, ("p", 1): 0, ("q", 0): 7})
+    got, sleeps = _settle(fetch, {("p", 0): 338, ("p", 1): 0, ("gone", 0): 99})
+    assert got == {("p", 0): 338, ("p", 1): 0, ("q", 0): 7}
+    assert (fetch.calls, sleeps) == (1, [])
+
+
+def test_settle_latest_refetches_while_any_partition_is_back():
+    fetch = _Script(
+        {("p", 0): 5, ("p", 1): 20},
+        {("p", 0): 12, ("p", 1): 19},
+        {("p", 0): 12, ("p", 1): 21},
+    )
+    got, _ = _settle(fetch, {("p", 0): 10, ("p", 1): 20})
+    assert got == {("p", 0): 12, ("p", 1): 21}
+    assert fetch.calls == 3
+
+
+def test_settle_latest_checks_an_answer_already_in_hand():
+    fetch = _Script({("p", 0): 345})
+    got, _ = _settle(fetch, {("p", 0): 338}, first={("p", 0): 328})
+    assert (got, fetch.calls) == ({("p", 0): 345}, 1)
+    got, _ = _settle(fetch, {("p", 0): 338}, first={("p", 0): 339})
+    assert (got, fetch.calls) == ({("p", 0): 339}, 1)
+
+
+# --------------------------------------------------------------------------- replay_start
+
+
+def test_replay_start_keeps_logged_starts():
+    start = {("t", 0): 100, ("t", 1): 5, ("t", 2): 9}
+    end = {("t", 0): 150, ("t", 1): 5}
+    assert replay_start(start, end) == ({("t", 0): 100, ("t", 1): 5}, [])
+
+
+def test_replay_start_reads_new_and_went_back_partitions_from_zero():
+    start = {("t", 0): 338, ("t", 1): 7}
+    end = {("t", 0): 5, ("t", 1): 9, ("t", 2): 30}
+    assert replay_start(start, end) == ({("t", 0): 0, ("t", 1): 7, ("t", 2): 0}, [("t", 0)])
+
+
+def test_replay_start_is_a_function_of_its_arguments_property():
+    rng = random.Random(SEED)
+    for _ in range(300):
+        start, end = _random_offsets(rng), _random_offsets(rng)
+        begin, back = replay_start(start, end)
+        assert replay_start(_shuffled(start, rng), _shuffled(end, rng)) == (begin, back)
+        assert set(begin) == set(end)
+        for tp, o in begin.items():
+            assert o == (0 if tp not in start or tp in back else start[tp])
+            assert o <= end[tp]
+        assert back == sorted(tp for tp in end if tp in start and end[tp] < start[tp])

@@ -66,6 +66,8 @@ def test_other_defaults(spell):
     o = parse(spell, batch=False)
     assert o.poll_timeout_ms == 120_000
     assert o.fetch_attempts == 4  # fetchOffset.numRetries=3, plus the first attempt
+    assert o.fetch_retries == 3
+    assert o.fetch_retry_interval_ms == 10  # fetchOffset.retryIntervalMs, as in Spark
     assert o.arrow_batch_rows == 20_000
 
 
@@ -83,6 +85,7 @@ def test_explicit_values(spell):
             "startingOffsetsByTimestampStrategy": "Latest",
             "kafkaConsumer.pollTimeoutMs": "5000",
             "fetchOffset.numRetries": "0",
+            "fetchOffset.retryIntervalMs": "250",
             "arrowBatchRows": "128",
         },
         batch=False,
@@ -97,6 +100,7 @@ def test_explicit_values(spell):
     assert o.timestamp_strategy == "latest"
     assert o.poll_timeout_ms == 5000
     assert o.fetch_attempts == 1
+    assert o.fetch_retry_interval_ms == 250
     assert o.arrow_batch_rows == 128
 
 
@@ -397,6 +401,8 @@ def test_min_offsets_equal_to_max_offsets_is_fine(spell):
         ({"maxTriggerDelay": "soon"}, "maxTriggerDelay"),
         ({"kafkaConsumer.pollTimeoutMs": "0"}, "kafkaConsumer.pollTimeoutMs"),
         ({"fetchOffset.numRetries": "-1"}, "fetchOffset.numRetries"),
+        ({"fetchOffset.retryIntervalMs": "-1"}, "fetchOffset.retryIntervalMs"),
+        ({"fetchOffset.retryIntervalMs": "10ms"}, "fetchOffset.retryIntervalMs"),
         ({"arrowBatchRows": "0"}, "arrowBatchRows"),
     ],
 )
