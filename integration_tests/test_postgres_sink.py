@@ -228,6 +228,40 @@ def test_prepared_transactions_disabled_is_named_exactly_once_refused(source, tm
         _assert_once(server, table, expected)
 
 
+def test_too_few_prepared_transaction_slots_fail_the_query_naming_both_numbers(source, tmp_path):
+    """max_prepared_transactions = 1 and a batch of 2 write tasks (2 source partitions): the
+    query fails with an error naming the setting and the write tasks, not with PostgreSQL's
+    bare "maximum number of prepared transactions reached". What the failed batch's other
+    task prepared (Spark's abort may not hear of it) is rolled back when the query next
+    starts: its planning, here run in this process, leaves nothing prepared."""
+    frame, _ = source
+    table = _table()
+    with postgres_server(max_prepared_transactions=1) as server:
+        df = _basic(frame)
+        with pytest.raises(Exception, match="max_prepared_transactions = 1") as info:
+            _run(df, tmp_path, server.url(), table=table)
+        text = str(info.value)
+        assert "at least 2 write tasks" in text, text
+        assert server.password not in text
+        (checkpoint,) = tmp_path.glob("ckpt-*")
+        _planning(server.url(), table, str(checkpoint), df.schema)
+        assert prepared_transactions(server) == []
+
+
+def _planning(url: str, table: str, checkpoint: str, schema) -> None:
+    """What Spark runs before a batch's tasks when the query (re)starts: open, recover, clean."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from connectors.options import Options
+    from sinks.postgres import FORMAT_NAME, PostgresOptions, PostgresSink
+    from sinks.two_phase_commit import SinkSettings, TwoPhaseCommitWriter
+
+    opts = Options({"url": url, "table": table, "checkpointLocation": checkpoint})
+    settings = SinkSettings.from_options(FORMAT_NAME, opts)
+    sink = PostgresSink(settings, PostgresOptions.parse(opts, settings), to_arrow_schema(schema))
+    TwoPhaseCommitWriter(sink).prepare_for_tasks()
+
+
 def test_complete_mode_is_refused(postgres, source, tmp_path):
     frame, _ = source
     counts = frame().groupBy("partition").count()

@@ -12,6 +12,29 @@ prepared. A handle carries the gid and the transaction's id (`txid_current()`): 
 gone from `pg_prepared_xacts`, `txid_status(xid)` tells "committed" (a repeated commit: success)
 from "aborted" (rolled back behind our back: the template rewrites the partition).
 In at-least-once mode a task commits its own transaction (plain COMMIT, no prepared state).
+
+Leaked prepared transactions. A prepared transaction outlives its session: until someone commits
+or rolls it back it holds its locks, holds back VACUUM's horizon and takes one of the server's
+`max_prepared_transactions` slots. So nothing of this sink stays prepared past the next batch:
+* a task whose preCommit or log write fails rolls back what it prepared (the template calls
+  `abort([handle])`, or `abortTransaction`, which rolls back a PREPAREd transaction by gid and
+  xid on a connection of its own, since preCommit closed the task's);
+* before every batch's tasks, after recovery has committed every decided batch,
+  `cleanupAbandoned` rolls back whatever of this sink is still prepared: no decision names it
+  (a task killed between PREPARE and its log write, a speculative or retried attempt that
+  prepared after its batch was committed). It costs one query when there is nothing to do.
+  What such an attempt prepares after the last batch of a run, and what the other tasks of a
+  batch that failed had prepared (Spark's abort does not always hear of them), are rolled back
+  when the query next starts on its checkpoint.
+The server-wide limit: each write task of a batch holds one prepared transaction until the
+driver commits the batch, so `max_prepared_transactions` must cover the write tasks of a batch
+(its partitions) plus task retries, speculative tasks and other clients' prepared transactions.
+`open()` refuses a server with 0. It cannot compare the limit with the batch's write tasks:
+PySpark does not tell a Python writer how many partitions a batch has, and this sink's own
+prepared transactions present at that point are committed or rolled back by the recovery that
+follows. The comparison is made where both numbers are known: a PREPARE refused for want of a
+slot fails the task with `TooManyPreparedTransactions`, naming max_prepared_transactions and the
+number of write tasks the batch has at least (its partitions then holding one, and this one).
 """
 
 from __future__ import annotations
@@ -54,6 +77,10 @@ DEFAULT_CONNECT_TIMEOUT_S = "30"
 
 class PreparedTransactionsDisabled(RuntimeError):
     """The server runs with max_prepared_transactions = 0: no PREPARE TRANSACTION."""
+
+
+class TooManyPreparedTransactions(RuntimeError):
+    """PREPARE TRANSACTION refused: every max_prepared_transactions slot is taken."""
 
 
 class OutcomeUnknown(RuntimeError):
@@ -239,10 +266,45 @@ def make_gid(prefix: str, batch_id: int, partition: int, attempt: int) -> str:
     return gid
 
 
+def parse_gid(prefix: str, gid: str) -> tuple[int, int, int] | None:
+    """(batch, partition, attempt) of one of this sink's gids; None for anybody else's."""
+    m = re.fullmatch(re.escape(prefix) + r"-(\d+)-(\d+)-(\d+)", gid)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
 def gid_batch(prefix: str, gid: str) -> int | None:
     """The batch of one of this sink's gids; None for anybody else's."""
-    m = re.fullmatch(re.escape(prefix) + r"-(\d+)-(\d+)-(\d+)", gid)
-    return int(m.group(1)) if m else None
+    parsed = parse_gid(prefix, gid)
+    return parsed[0] if parsed else None
+
+
+def is_prepared_limit(exc: BaseException) -> bool:
+    """PostgreSQL's "maximum number of prepared transactions reached" (SQLSTATE 53200, the
+    out-of-memory class, which other shortages share: hence the message check)."""
+    return isinstance(exc, psycopg.errors.OutOfMemory) and "prepared transactions" in (
+        exc.diag.message_primary or str(exc)
+    )
+
+
+def prepared_limit_message(
+    limit: int, batch_id: int, partition: int, held: dict[str, tuple[int, int, int] | None]
+) -> str:
+    """Why a PREPARE found no slot, with both numbers: the server's limit and the write tasks
+    this batch has at least. `held`: every prepared gid on the server -> parse_gid of it."""
+    ours = [g for g in held.values() if g is not None]
+    this_batch = [g for g in ours if g[0] == batch_id]
+    tasks = max(len({p for _, p, _ in this_batch} | {partition}), partition + 1)
+    return (
+        f"PREPARE TRANSACTION of batch {batch_id}, partition {partition} was refused: the "
+        f"server has max_prepared_transactions = {limit}, and this batch has at least {tasks} "
+        "write tasks, each holding a prepared transaction until the driver commits the batch "
+        f"(held now: {len(this_batch)} by this batch, {len(ours) - len(this_batch)} left by "
+        f"earlier batches of this query, {len(held) - len(ours)} by other clients). Raise "
+        "max_prepared_transactions in postgresql.conf (a server restart) to at least the "
+        "number of write tasks per batch plus room for task retries, speculative tasks and "
+        "other clients, or write fewer partitions (coalesce()), or use "
+        "deliveryGuarantee=at-least-once"
+    )
 
 
 # -- options --------------------------------------------------------------------------------
@@ -284,6 +346,7 @@ class PgTxn:
     conn: psycopg.Connection
     gid: str | None  # None when the task commits by itself (at-least-once, none)
     prepared: bool = False
+    xid: int | None = None  # the transaction's id, once prepared
 
 
 class PostgresSink(TwoPhaseCommitSink[PgTxn]):
@@ -318,7 +381,8 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
 
     def open(self) -> None:
         """Before each batch's tasks: prepared transactions enabled, the table there (created
-        if asked), every column of the stream in it."""
+        if asked), every column of the stream in it. Whether max_prepared_transactions covers
+        the batch's write tasks is told by the first PREPARE that does not fit (module doc)."""
         with self._connect(autocommit=True) as conn:
             if self._exactly_once:
                 (limit,) = conn.execute("SHOW max_prepared_transactions").fetchone()
@@ -381,18 +445,31 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
             txn.conn.close()
             return {"committed": True}
         (xid,) = txn.conn.execute("SELECT txid_current()").fetchone()
-        txn.conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.gid)))
-        txn.prepared = True
+        try:
+            txn.conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.gid)))
+        except psycopg.errors.OutOfMemory as e:
+            if not is_prepared_limit(e):
+                raise
+            raise self._too_many_prepared(txn) from None
+        txn.prepared, txn.xid = True, int(xid)
         txn.conn.close()
-        return {"gid": txn.gid, "xid": int(xid)}
+        return {"gid": txn.gid, "xid": txn.xid}
+
+    def _too_many_prepared(self, txn: PgTxn) -> TooManyPreparedTransactions:
+        """The refused PREPARE ended the transaction; its session can still say how the
+        server's slots are taken."""
+        (limit,) = txn.conn.execute("SHOW max_prepared_transactions").fetchone()
+        gids = [g for (g,) in txn.conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall()]
+        held = {g: parse_gid(self.options.gid_prefix, g) for g in gids}
+        message = prepared_limit_message(int(limit), txn.info.batch_id, txn.info.partition_id, held)
+        return TooManyPreparedTransactions(f"{self.describe()}: {message}")
 
     def abortTransaction(self, txn: PgTxn) -> None:
-        """Closing the connection rolls back an open transaction; a prepared one is rolled
-        back by gid (else recovery finds it in pg_prepared_xacts)."""
+        """Closing the connection rolls back an open transaction. A prepared one outlives it
+        (and preCommit has closed it): it is rolled back by gid and xid on a new connection."""
         txn.conn.close()
-        if txn.prepared and txn.gid:
-            with self._connect(autocommit=True) as conn:
-                self._rollback(conn, [txn.gid])
+        if txn.prepared and txn.gid and txn.xid is not None:
+            self.abort([{"gid": txn.gid, "xid": txn.xid}])
 
     # -- driver side -------------------------------------------------------------------------
 
@@ -462,14 +539,25 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
             self._rollback(conn, [g for g in prepared if gid_batch(self.options.gid_prefix, g) == batchId])
 
     def cleanupAbandoned(self) -> None:
-        """Roll back this sink's prepared transactions no decision names (tasks killed between
-        PREPARE and logging their handle); recovery has committed every decided one by now."""
+        """Roll back every prepared transaction of this sink. Safe: the template calls this
+        only after recovery has committed every decided handle (a decided one it could not
+        commit fails recovery before this runs), and before the batch's tasks start, so what is
+        left belongs to no decision: a task killed between PREPARE and its log write, or a
+        speculative or retried attempt that prepared after its batch was committed. Cheap, as
+        it runs before every batch: one query when there is nothing to roll back."""
         with self._connect(autocommit=True) as conn:
-            self._rollback(conn, sorted(self._prepared_xacts(conn)))
+            leftover = sorted(self._prepared_xacts(conn))
+            if leftover:
+                log.warning(
+                    "%s: rolling back %d prepared transaction(s) no decision names (killed, "
+                    "retried or speculative task attempts): %s",
+                    self.describe(), len(leftover), ", ".join(leftover),
+                )
+                self._rollback(conn, leftover)
 
     def isTransient(self, exc: BaseException) -> bool:
         return super().isTransient(exc) and not isinstance(
-            exc, (OutcomeUnknown, PreparedTransactionsDisabled)
+            exc, (OutcomeUnknown, PreparedTransactionsDisabled, TooManyPreparedTransactions)
         )
 
 

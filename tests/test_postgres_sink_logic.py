@@ -21,12 +21,16 @@ from sinks.postgres import (
     PostgresSink,
     PreparedTransactionsDisabled,
     TableName,
+    TooManyPreparedTransactions,
     bytea_hex,
     check_columns,
     gid_batch,
     gid_prefix,
+    is_prepared_limit,
     make_gid,
+    parse_gid,
     parse_url,
+    prepared_limit_message,
     pg_type,
     redacted_url,
     scrub,
@@ -175,9 +179,50 @@ def test_gid_of_another_sink_or_shape_is_not_ours():
     assert gid_batch(prefix, "someone-else") is None
 
 
+def test_parse_gid_gives_batch_partition_and_attempt_of_ours_only():
+    prefix = gid_prefix("/ckpt/q1")
+    assert parse_gid(prefix, make_gid(prefix, 12, 3, 1)) == (12, 3, 1)
+    assert parse_gid(prefix, make_gid(gid_prefix("/ckpt/q2"), 12, 3, 1)) is None
+    assert parse_gid(prefix, "someone-else") is None
+
+
 def test_gid_fits_postgres_limit_for_extreme_ids():
     gid = make_gid(gid_prefix("x" * 5000), 2**63 - 1, 2**31 - 1, 2**31 - 1)
     assert len(gid.encode()) <= GID_MAX_BYTES
+
+
+# -- max_prepared_transactions --------------------------------------------------------------
+
+
+def test_prepared_limit_message_names_the_limit_and_the_write_tasks():
+    """Partitions 0 and 1 of batch 5 hold a slot (1 twice: a retried attempt), an earlier batch
+    holds one, another client one; partition 2 is refused: at least 3 write tasks, limit 5."""
+    prefix = gid_prefix("/ckpt/q1")
+    held = {
+        make_gid(prefix, 5, 0, 0): (5, 0, 0),
+        make_gid(prefix, 5, 1, 0): (5, 1, 0),
+        make_gid(prefix, 5, 1, 1): (5, 1, 1),
+        make_gid(prefix, 4, 0, 1): (4, 0, 1),
+        "someone-else": None,
+    }
+    text = prepared_limit_message(5, 5, 2, held)
+    assert "max_prepared_transactions = 5" in text and "at least 3 write tasks" in text
+    assert "3 by this batch, 1 left by earlier batches of this query, 1 by other clients" in text
+    assert "deliveryGuarantee=at-least-once" in text
+
+
+def test_prepared_limit_message_counts_at_least_the_partition_ids():
+    """A refused partition 9 proves 10 write tasks, whatever else holds the slots."""
+    text = prepared_limit_message(2, 0, 9, {"a": None, "b": None})
+    assert "max_prepared_transactions = 2" in text and "at least 10 write tasks" in text
+
+
+def test_only_the_prepared_transaction_limit_is_recognised():
+    import psycopg
+
+    assert is_prepared_limit(psycopg.errors.OutOfMemory("maximum number of prepared transactions reached"))
+    assert not is_prepared_limit(psycopg.errors.OutOfMemory("out of shared memory"))
+    assert not is_prepared_limit(psycopg.OperationalError("maximum number of prepared transactions reached"))
 
 
 # -- Arrow -> PostgreSQL --------------------------------------------------------------------
@@ -251,7 +296,10 @@ def test_store_errors_that_must_not_be_retried(tmp_path):
     settings, options = _parse(url="dbname=x", table="t", checkpointLocation=str(tmp_path))
     sink = PostgresSink(settings, options, pa.schema([("a", pa.int64())]))
     assert sink.isTransient(ConnectionError("reset"))
-    for exc in (OutcomeUnknown("?"), PreparedTransactionsDisabled("0"), TransactionLost([1], "gone")):
+    for exc in (
+        OutcomeUnknown("?"), PreparedTransactionsDisabled("0"), TooManyPreparedTransactions("1"),
+        TransactionLost([1], "gone"),
+    ):
         assert not sink.isTransient(exc)
 
 
