@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from tenacity import (
     Retrying,
     retry_if_exception,
@@ -146,3 +147,26 @@ class KafkaMetadata:
             if tp.error is not None:
                 raise KafkaException(tp.error)
         return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+
+def broker_max_transaction_timeout_ms(
+    base_conf: Mapping[str, str], timeout_s: float = 10.0
+) -> int | None:
+    """The smallest `transaction.max.timeout.ms` the brokers report, or None when they do not
+    say: Tansu 0.6.0 answers DescribeConfigs with no entries at all (measured), and a principal
+    without DESCRIBE_CONFIGS on the cluster is refused. One metadata and one DescribeConfigs
+    round trip."""
+    admin = AdminClient(dict(base_conf))
+    brokers = admin.list_topics(timeout=timeout_s).brokers
+    resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
+    values: list[int] = []
+    for future in admin.describe_configs(resources, request_timeout=timeout_s).values():
+        try:
+            entry = future.result(timeout=timeout_s).get("transaction.max.timeout.ms")
+        except KafkaException as e:
+            log.info("DescribeConfigs of a broker failed (%s): its "
+                     "transaction.max.timeout.ms is unknown", e)
+            continue
+        if entry is not None and entry.value:
+            values.append(int(entry.value))
+    return min(values) if values else None

@@ -1,10 +1,13 @@
 """`kafka-eos` (writeStream): the exactly-once Kafka sink, on Kafka transactions.
 
 Each task writes its partition of a batch in a transaction of a transactional producer whose id
-is `<transactionalIdPrefix>-<partition>` (deterministic, so a restart fences what a crashed run
-left open), flushes it, and hands the driver (transactional id, producer id, epoch) without
-committing. The driver ends the transaction with EndTxn (connectors/kafka_txn.py) once Spark says
-the batch is complete. The commit protocol is the template's.
+is `<transactionalIdPrefix>-<partition>-<attempt>` (deterministic, so the next task with the same
+partition and attempt fences what a crashed one left open; per attempt, so a speculative copy
+never fences the accepted attempt), flushes it, and hands the driver (transactional id, producer
+id, epoch) without committing. The driver ends the transaction with EndTxn
+(connectors/kafka_txn.py) once Spark says the batch is complete; when the coordinator refuses,
+the output's control markers settle whether it had been committed. The commit protocol is the
+template's.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import hashlib
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import KafkaException, Producer
+import pyarrow.fs as pafs
+from confluent_kafka import KafkaError, KafkaException, Producer
 from pyspark.sql.datasource import DataSourceStreamWriter
 from pyspark.sql.types import (
     ArrayType,
@@ -27,12 +32,28 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.kafka_client import librdkafka_conf
+from connectors.kafka_client import (
+    broker_max_transaction_timeout_ms,
+    is_transient,
+    librdkafka_conf,
+)
 from connectors.kafka_txn import (
+    ABORTED,
+    COMMITTED,
+    OPEN,
+    OutcomeUnreadable,
     PreparedTxn,
     TransactionFenced,
     TransientTxnError,
+    TxnAuthorizationError,
+    TxnRefused,
+    TxnRequestError,
+    TxnStateInvalid,
+    acl_needed,
+    end_offsets,
     end_transaction,
+    fence_transactional_id,
+    transaction_outcome,
 )
 from connectors.options import OptionError, Options
 from sinks.two_phase_commit import (
@@ -43,7 +64,7 @@ from sinks.two_phase_commit import (
     TransactionLost,
     TwoPhaseCommitSink,
 )
-from sinks.txn_log import Handle
+from sinks.txn_log import Handle, TransactionLog
 
 log = logging.getLogger("kafka_eos.sink.kafka")
 
@@ -65,13 +86,18 @@ class KafkaSinkOptions:
     @classmethod
     def parse(cls, opts: Options, settings: SinkSettings, schema: StructType) -> "KafkaSinkOptions":
         conf = librdkafka_conf(opts)
+        _check_transaction_timeout(conf.get("transaction.timeout.ms"))
         topic = opts.get("topic")
         _check_schema(schema, topic)
-        prefix = opts.get("transactionalIdPrefix")
-        if not prefix:
-            origin = settings.checkpoint_location or f"{conf['bootstrap.servers']}/{topic}"
-            prefix = "kafka-eos-" + hashlib.sha256(origin.encode()).hexdigest()[:16]
+        prefix = opts.get("transactionalIdPrefix") or default_prefix(
+            settings.checkpoint_location, conf["bootstrap.servers"], topic)
         return cls(conf, topic, prefix, opts.get_duration_ms("flushTimeout", 60_000) / 1000)
+
+
+def _check_transaction_timeout(value: str | None) -> None:
+    if value is not None and not (value.strip().isdigit() and int(value) > 0):
+        raise OptionError("kafka.transaction.timeout.ms",
+                          f"must be a positive number of milliseconds, not {value!r}")
 
 
 def _check_schema(schema: StructType, topic_option: str | None) -> None:
@@ -106,6 +132,8 @@ class KafkaTxn:
     transactional_id: str | None
     stats: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
+    began_ms: int = 0  # wall clock before init_transactions: the driver warns of old batches
+    timeout_ms: int = 0  # the transaction.timeout.ms the broker accepted
 
 
 def _callbacks(current, *, statistics: bool) -> dict[str, Any]:
@@ -177,34 +205,234 @@ def _produce_when_room(producer: Any, topic: str, **kwargs: Any) -> None:
             pass
 
 
+# -- the transaction timeout ------------------------------------------------------------------
+
+#: The sink's default `transaction.timeout.ms`: the broker's default `transaction.max.timeout.ms`.
+#: librdkafka's own default, 60 s, loses every decided batch whose restart takes over a minute.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+#: Lowering stops here: a broker whose maximum is below it refuses the sink.
+MIN_TRANSACTION_TIMEOUT_MS = 1_000
+#: A batch committed later than this fraction of the timeout after it began is logged.
+WARN_AGE_FRACTION = 0.5
+
+
+def choose_transaction_timeout(user_value: str | None, broker_max_ms: int | None) -> int:
+    """The user's `kafka.transaction.timeout.ms` if set; else the default, lowered to the
+    broker's `transaction.max.timeout.ms` when that is known and smaller."""
+    if user_value:
+        return int(user_value)
+    if broker_max_ms is not None and broker_max_ms > 0:
+        return max(MIN_TRANSACTION_TIMEOUT_MS, min(DEFAULT_TRANSACTION_TIMEOUT_MS, broker_max_ms))
+    return DEFAULT_TRANSACTION_TIMEOUT_MS
+
+
+def lower_transaction_timeout(refused_ms: int) -> int | None:
+    """The next value to try after INVALID_TRANSACTION_TIMEOUT; None when there is none."""
+    lower = refused_ms // 2
+    return lower if lower >= MIN_TRANSACTION_TIMEOUT_MS else None
+
+
+def timeout_warning(
+    batch_id: int, began_ms: list[int], timeout_ms: int, now_ms: int, describe: str
+) -> str | None:
+    """A warning when a batch is committed more than WARN_AGE_FRACTION of the transaction
+    timeout after its first transaction began (a slow restart, a long batch); else None."""
+    if not began_ms or timeout_ms <= 0:
+        return None
+    age_ms = now_ms - min(began_ms)
+    if age_ms <= WARN_AGE_FRACTION * timeout_ms:
+        return None
+    return (
+        f"{describe}: batch {batch_id} is committed {age_ms / 1000:.0f} s after its first "
+        f"transaction began, {100 * age_ms / timeout_ms:.0f}% of transaction.timeout.ms="
+        f"{timeout_ms} ms. Past the timeout the broker aborts its transactions and the batch is "
+        "written again (still exactly once). Restart crashed queries sooner, make batches "
+        "shorter (maxOffsetsPerTrigger), or raise kafka.transaction.timeout.ms (up to the "
+        "broker's transaction.max.timeout.ms)"
+    )
+
+
+#: The chosen transaction timeout per worker process and configuration: the broker's maximum
+#: costs a DescribeConfigs round trip, and a lowered value an init_transactions that failed.
+_TIMEOUTS: dict[tuple, int] = {}
+
+
+def _conf_key(kafka_conf: dict[str, str]) -> tuple:
+    return tuple(sorted(kafka_conf.items()))
+
+
+def _resolve_transaction_timeout(kafka_conf: dict[str, str]) -> int:
+    key = _conf_key(kafka_conf)
+    if key not in _TIMEOUTS:
+        user_value = kafka_conf.get("transaction.timeout.ms")
+        broker_max = None
+        if not user_value:
+            try:
+                broker_max = broker_max_transaction_timeout_ms(kafka_conf, timeout_s=5.0)
+            except Exception as e:  # best effort: init_transactions tells us too
+                log.info("transaction.max.timeout.ms not known (%s): init_transactions decides",
+                         type(e).__name__)
+        _TIMEOUTS[key] = choose_transaction_timeout(user_value, broker_max)
+    return _TIMEOUTS[key]
+
+
+def _init_transactions(
+    conf: dict[str, Any], timeout_ms: int, *, user_set: bool, prefix: str
+) -> tuple[Any, int]:
+    """A transactional producer, initialised (fencing what its id left open). Brokers that do
+    not report their maximum (Tansu accepts any timeout, measured) refuse a larger one here with
+    INVALID_TRANSACTION_TIMEOUT: halve it and try again, unless the user chose it."""
+    while True:
+        producer = Producer({**conf, "transaction.timeout.ms": str(timeout_ms)})
+        try:
+            producer.init_transactions(30)
+            return producer, timeout_ms
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise TxnAuthorizationError(
+                    f"init_transactions({conf['transactional.id']}): {err}; "
+                    + acl_needed(code, prefix), code,
+                ) from e
+            lower = lower_transaction_timeout(timeout_ms)
+            if code != KafkaError.INVALID_TRANSACTION_TIMEOUT or user_set or lower is None:
+                raise
+            log.warning("the broker refused transaction.timeout.ms=%d (above its "
+                        "transaction.max.timeout.ms); trying %d", timeout_ms, lower)
+            timeout_ms = lower
+
+
+# -- attempts other than the first ------------------------------------------------------------
+
+
+class _AttemptNotes:
+    """Which transactional ids beyond attempt 0 a checkpoint's tasks used, so the driver can
+    fence what they may have left open. Spark numbers a partition's attempts 0, 1, ... (task
+    retries and speculative copies), so `<prefix>-<p>-<a>` is a bounded id space; but an id of
+    attempt a >= 1 may never be used again, and an open transaction on it (a speculative loser
+    or a retry that was killed before its preCommit, without running its own abort) would hold
+    read_committed readers of its partitions at the last stable offset until
+    transaction.timeout.ms. A task of attempt a >= 1 notes (prefix, p, a) here, beside the
+    transaction log, before it opens its transaction; before the next batch's tasks the driver
+    fences ids a..0 of that partition (an attempt a exists only if 0..a-1 failed or were slow)
+    and forgets the note. Attempt 0 needs no note: the next batch's attempt 0 of the partition
+    fences its id when it begins, and a restart's replay of the batch does."""
+
+    def __init__(self, checkpoint_location: str) -> None:
+        txlog = TransactionLog(checkpoint_location)  # the same filesystem and scheme rules
+        self.fs = txlog.fs
+        self.root = f"{txlog.root.rsplit('/', 1)[0]}/{ATTEMPTS_DIR}"
+
+    def note(self, prefix: str, partition: int, attempt: int) -> None:
+        self.fs.create_dir(self.root, recursive=True)
+        path = f"{self.root}/{partition}-{attempt}-{uuid.uuid4().hex[:8]}.json"
+        with self.fs.open_output_stream(path) as out:
+            note = {"prefix": prefix, "partition": partition, "attempt": attempt}
+            out.write(json.dumps(note).encode())
+
+    def pending(self) -> dict[str, dict]:
+        infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        notes = {}
+        for info in infos:
+            if info.base_name.endswith(".json"):
+                try:
+                    with self.fs.open_input_stream(info.path) as f:
+                        notes[info.path] = json.loads(f.read().decode())
+                except (OSError, ValueError):
+                    continue  # being written by a task right now: the next batch's sweep
+        return notes
+
+    def forget(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+
+
+#: The directory of _AttemptNotes, beside the template's `eos-sink` transaction log.
+ATTEMPTS_DIR = "eos-sink-kafka-attempts"
+
+
+def transactional_id(prefix: str, partition: int, attempt: int) -> str:
+    """One id per (partition, attempt): no attempt fences another (a speculative copy's
+    init_transactions does not abort the accepted attempt's prepared transaction), and the id
+    space stays bounded (never per batch: ids live in the coordinator for
+    transactional.id.expiration.ms)."""
+    return f"{prefix}-{partition}-{attempt}"
+
+
+def default_prefix(checkpoint_location: str | None, bootstrap: str, topic: str | None) -> str:
+    """Derived from the checkpoint *path*: a query started on a reset (deleted and recreated)
+    checkpoint uses the same ids, so its first tasks fence its predecessor's open transactions
+    at once instead of leaving them to hold read_committed readers until they time out."""
+    origin = checkpoint_location or f"{bootstrap}/{topic}"
+    return "kafka-eos-" + hashlib.sha256(origin.encode()).hexdigest()[:16]
+
+
 class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
     commits_per_partition = True  # each task's transaction is its own
 
     def __init__(self, settings: SinkSettings, options: KafkaSinkOptions) -> None:
         super().__init__(settings)
         self.options = options
+        #: Set by open() on the driver before a batch's tasks, and pickled to them:
+        self.transaction_timeout_ms: int | None = None
+        #: (topic, partition) -> an offset below every record this batch will write there.
+        self.scan_from: dict[tuple[str, int], int] = {}
+        self._warned_batch: int | None = None
 
     def describe(self) -> str:
         return f"kafka-eos[{self.options.prefix}]"
 
+    @property
+    def _exactly_once(self) -> bool:
+        return self.settings.guarantee == EXACTLY_ONCE
+
+    def open(self) -> None:
+        """Driver side, before every batch's tasks: the transaction timeout (once per worker
+        process) and the output's end offsets (one Metadata and one ListOffsets request per
+        leader, ~1 ms on the test broker): any record this batch's tasks write lies at or
+        above them, so a transaction whose commit is in doubt can be settled by reading the
+        output from there rather than from the log start."""
+        if not self._exactly_once:
+            return
+        self.transaction_timeout_ms = _resolve_transaction_timeout(self.options.kafka_conf)
+        self.scan_from = {}
+        if self.options.topic:
+            try:
+                self.scan_from = end_offsets(self.options.bootstrap_servers, [self.options.topic])
+            except (TransientTxnError, TxnRequestError) as e:
+                log.warning("%s: end offsets of %s not read (%s); a commit in doubt would be "
+                            "settled from the log start", self.describe(), self.options.topic, e)
+
     # -- task side --------------------------------------------------------------------------
 
     def beginTransaction(self, context: TaskInfo) -> KafkaTxn:
-        exactly_once = self.settings.guarantee == EXACTLY_ONCE
-        tid = f"{self.options.prefix}-{context.partition_id}" if exactly_once else None
-        txn = KafkaTxn(context, None, tid)
-        if not exactly_once:
+        if not self._exactly_once:
+            txn = KafkaTxn(context, None, None)
             # One producer per worker process and configuration, kept across tasks: a fresh
             # idempotent producer waits ~0.5 s for its producer id before its first send
             # (librdkafka retries the id request on a 500 ms timer while no connection is up),
             # which made at-least-once batches slower than exactly-once ones.
             txn.producer = _shared_producer(self.options.kafka_conf, self.settings.guarantee, txn)
             return txn
+        tid = transactional_id(self.options.prefix, context.partition_id, context.attempt)
+        txn = KafkaTxn(context, None, tid, began_ms=int(time.time() * 1000))
+        if context.attempt > 0 and self.settings.checkpoint_location:
+            _AttemptNotes(self.settings.checkpoint_location).note(
+                self.options.prefix, context.partition_id, context.attempt)
         conf: dict[str, Any] = dict(self.options.kafka_conf)
         conf.update(_callbacks(lambda: txn, statistics=True))
         conf["transactional.id"] = tid
-        txn.producer = Producer(conf)
-        txn.producer.init_transactions(30)  # fences and aborts what a crashed run left
+        user_set = "transaction.timeout.ms" in self.options.kafka_conf
+        timeout_ms = (self.transaction_timeout_ms
+                      or _resolve_transaction_timeout(self.options.kafka_conf))
+        # init_transactions fences and aborts what an earlier task with this id left open
+        txn.producer, txn.timeout_ms = _init_transactions(
+            conf, timeout_ms, user_set=user_set, prefix=self.options.prefix)
+        if txn.timeout_ms != timeout_ms:
+            _TIMEOUTS[_conf_key(self.options.kafka_conf)] = txn.timeout_ms
         txn.producer.begin_transaction()
         return txn
 
@@ -261,11 +489,17 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 raise TimeoutError(f"{self.describe()}: librdkafka reported no statistics")
             producer.poll(0.05)
         eos = txn.stats["eos"]
+        written = _partitions_written(txn.stats)
         handle: Handle = {
-            "partitions": _partitions_written(txn.stats),
+            "partitions": written,
             "transactional_id": txn.transactional_id,
             "producer_id": eos["producer_id"],
             "producer_epoch": eos["producer_epoch"],
+            "began_ms": txn.began_ms,
+            "timeout_ms": txn.timeout_ms,
+            # Where the output can be read to settle this transaction if its commit is refused
+            "scan_from": [[t, p, self.scan_from[(t, p)]]
+                          for t, p in written if (t, p) in self.scan_from],
         }
         # Drop the producer without committing: the transaction stays open on the broker
         # until the driver ends it (DESIGN.md section 4).
@@ -286,25 +520,119 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
     # -- driver side ------------------------------------------------------------------------
 
     def commit(self, batchId: int, handles: dict[int, Handle]) -> None:
-        if self.settings.guarantee != EXACTLY_ONCE:
+        if not self._exactly_once:
             return  # delivered by the task's idempotent producer
+        self._warn_if_near_timeout(batchId, handles)
         for partition, h in handles.items():
-            try:
-                end_transaction(self.options.bootstrap_servers, _prepared(h), commit=True)
-            except TransactionFenced as e:
-                raise TransactionLost([partition], str(e)) from e
+            self._commit_one(batchId, partition, h)
+
+    def _commit_one(self, batch_id: int, partition: int, h: Handle) -> None:
+        try:
+            end_transaction(self.options.bootstrap_servers, _prepared(h), commit=True)
+            return
+        except TxnAuthorizationError as e:
+            raise self._acl_error(e, h) from e
+        except TxnRefused as e:
+            refusal: Exception = e
+        except TransientTxnError as e:
+            if not e.closed_by_broker:
+                raise
+            refusal = e  # Tansu's answer to a refused EndTxn: worth asking the output
+        self._settle(batch_id, partition, h, refusal)
+
+    def _settle(self, batch_id: int, partition: int, h: Handle, refusal: Exception) -> None:
+        """The coordinator would not commit the handle: ask the output whether its transaction
+        was committed before (a repeated commit after a fence or an id expiry), aborted, or is
+        still open. A committed transaction is never taken for lost; nothing is guessed."""
+        txn = _prepared(h)
+        try:
+            outcome = transaction_outcome(self.options.bootstrap_servers, txn, _scan_starts(h))
+        except TransientTxnError:
+            raise refusal from None  # the output cannot be read now: the refusal stands
+        except OutcomeUnreadable as e:
+            if isinstance(refusal, TransientTxnError):
+                raise TransientTxnError(f"{refusal}; and the output does not settle it: {e}",
+                                        closed_by_broker=True) from e
+            raise OutcomeUnreadable(
+                f"{self.describe()}: batch {batch_id}, partition {partition}: {refusal}, and "
+                f"whether the transaction was committed cannot be told: {e}. Check whether "
+                f"that batch's records of partition {partition} are in the output "
+                "(read_committed); if they are, create the empty file "
+                f"eos-sink/{batch_id}/committed-{partition} under the checkpoint and restart",
+                e.code,
+            ) from e
+        if outcome == COMMITTED:
+            log.info("%s: batch %d, partition %d: %s; the output holds its COMMIT marker, so it "
+                     "was committed before", self.describe(), batch_id, partition, refusal)
+            return
+        if outcome == OPEN and isinstance(refusal, (TransientTxnError, TxnStateInvalid)):
+            raise refusal  # not ended: retry, or fail with the Kafka error's name
+        found = "its ABORT marker" if outcome == ABORTED else "no marker after its records"
+        raise TransactionLost([partition], f"{refusal}; the output holds {found}")
+
+    def _acl_error(self, e: TxnAuthorizationError, h: Handle | None = None) -> TxnAuthorizationError:
+        topics = [t for t, _ in (h or {}).get("partitions", [])] or [self.options.topic or ""]
+        return TxnAuthorizationError(
+            f"{self.describe()}: {e}; "
+            f"{acl_needed(e.code, self.options.prefix, filter(None, topics))}",
+            e.code,
+        )
+
+    def _warn_if_near_timeout(self, batch_id: int, handles: dict[int, Handle]) -> None:
+        if self._warned_batch == batch_id:
+            return  # commit is called once per partition
+        began = [int(h["began_ms"]) for h in handles.values() if "began_ms" in h]
+        timeouts = [int(h["timeout_ms"]) for h in handles.values() if "timeout_ms" in h]
+        message = timeout_warning(batch_id, began, min(timeouts, default=0),
+                                  int(time.time() * 1000), self.describe())
+        if message:
+            self._warned_batch = batch_id
+            log.warning(message)
 
     def abort(self, handles: list[Handle]) -> None:
+        """End prepared transactions that will never be committed. Definite errors are logged,
+        not raised (a newer producer with the id fences the transaction anyway), except an
+        authorization failure: the sink cannot work without that ACL."""
         for h in handles:
             if "transactional_id" not in h:
                 continue
             try:
                 end_transaction(self.options.bootstrap_servers, _prepared(h), commit=False)
+            except TxnAuthorizationError as e:
+                raise self._acl_error(e, h) from e
             except TransactionFenced:
                 pass  # already aborted, or fenced by a newer producer: nothing to undo
-            except TransientTxnError as e:
-                # A newer producer with this id fences the transaction anyway.
+            except (TransientTxnError, TxnRequestError) as e:
                 log.warning("%s: could not abort %s: %s", self.describe(), h["transactional_id"], e)
+
+    def isTransient(self, exc: BaseException) -> bool:
+        """Definite Kafka errors (authorization, a refusal the output settled, any error
+        Kafka does not call retriable) fail the commit at once instead of until commitTimeout."""
+        if isinstance(exc, KafkaException):
+            return is_transient(exc)
+        return not isinstance(exc, (TxnRequestError, TransactionLost, OptionError))
+
+    def cleanupAbandoned(self) -> None:
+        """Fence the ids of attempts >= 1 that tasks noted since the last batch (see
+        _AttemptNotes). Every decided batch is committed by now, so nothing fenced here can be
+        a transaction still to commit. Costs one listing of an empty directory per batch."""
+        if not self.settings.checkpoint_location:
+            return
+        notes = _AttemptNotes(self.settings.checkpoint_location)
+        timeout_ms = self.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
+        for path, note in notes.pending().items():
+            for attempt in range(int(note["attempt"]), -1, -1):
+                tid = transactional_id(note["prefix"], int(note["partition"]), attempt)
+                try:
+                    fence_transactional_id(self.options.bootstrap_servers, tid, timeout_ms)
+                except TxnAuthorizationError as e:
+                    raise self._acl_error(e) from e
+                except (TransientTxnError, TxnRequestError) as e:
+                    log.warning("%s: could not fence %s: %s", self.describe(), tid, e)
+                    return  # keep the note: the next batch tries again
+            log.info("%s: fenced the transactional ids of partition %s, attempts 0..%s",
+                     self.describe(), note["partition"], note["attempt"])
+            notes.forget(path)
 
 
 def _partitions_written(stats: dict) -> list[list]:
@@ -318,6 +646,13 @@ def _partitions_written(stats: dict) -> list[list]:
 
 def _prepared(h: Handle) -> PreparedTxn:
     return PreparedTxn(h["transactional_id"], int(h["producer_id"]), int(h["producer_epoch"]))
+
+
+def _scan_starts(h: Handle) -> dict[tuple[str, int], int | None]:
+    """Each partition the handle's transaction wrote -> where to read it from (None: the log
+    start, for handles without the batch's end offsets)."""
+    starts = {(t, int(p)): int(o) for t, p, o in h.get("scan_from", [])}
+    return {(t, int(p)): starts.get((t, int(p))) for t, p in h.get("partitions", [])}
 
 
 def kafka_stream_writer(

@@ -61,3 +61,54 @@ def test_librdkafka_conf_requires_bootstrap_servers():
     assert librdkafka_conf(Options({"kafka.bootstrap.servers": "b:1", "kafka.client.id": "x"})) == {
         "bootstrap.servers": "b:1", "client.id": "x",
     }
+
+
+class _Entry:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Future:
+    def __init__(self, result):
+        self._result = result
+
+    def result(self, timeout=None):
+        if isinstance(self._result, Exception):
+            raise self._result
+        return self._result
+
+
+def _fake_admin(answers):
+    """An AdminClient whose brokers answer DescribeConfigs with `answers` (one per broker)."""
+
+    class Metadata:
+        brokers = {i: object() for i in range(len(answers))}
+
+    class Admin:
+        def __init__(self, conf):
+            pass
+
+        def list_topics(self, timeout):
+            return Metadata()
+
+        def describe_configs(self, resources, request_timeout):
+            return {r: _Future(a) for r, a in zip(resources, answers)}
+
+    return Admin
+
+
+@pytest.mark.parametrize(
+    "answers,expected",
+    [
+        ([{"transaction.max.timeout.ms": _Entry("900000")}], 900_000),
+        ([{"transaction.max.timeout.ms": _Entry("900000")},
+          {"transaction.max.timeout.ms": _Entry("300000")}], 300_000),  # the smallest counts
+        ([{}], None),  # Tansu 0.6.0 answers with no entries
+        ([KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))], None),
+    ],
+)
+def test_broker_max_transaction_timeout(monkeypatch, answers, expected):
+    from connectors import kafka_client
+
+    monkeypatch.setattr(kafka_client, "AdminClient", _fake_admin(answers))
+    assert kafka_client.broker_max_transaction_timeout_ms({"bootstrap.servers": "b:1"}) == expected

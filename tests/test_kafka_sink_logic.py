@@ -1,0 +1,435 @@
+"""The Kafka sink's decisions, without a broker: how each EndTxn / FindCoordinator error code is
+classified, what the sink does with each class (retry, settle from the output, lose, fail at
+once naming the ACL), the transaction timeout it chooses, the warning for old batches, and the
+clean-up of attempts other than the first."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from connectors import kafka_txn
+from connectors.kafka_txn import (
+    ABORTED,
+    COMMITTED,
+    OPEN,
+    OutcomeUnreadable,
+    TransactionFenced,
+    TransactionUnknown,
+    TransientTxnError,
+    TxnAuthorizationError,
+    TxnRequestError,
+    TxnStateInvalid,
+    acl_needed,
+    classify,
+    error_name,
+    txn_error,
+)
+from connectors.options import OptionError, Options
+from sinks import kafka as ksink
+from sinks.kafka import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    KafkaSink,
+    KafkaSinkOptions,
+    choose_transaction_timeout,
+    lower_transaction_timeout,
+    timeout_warning,
+    transactional_id,
+)
+from sinks.two_phase_commit import (
+    CommitTimeoutError,
+    SinkSettings,
+    TaskInfo,
+    TransactionLost,
+    TwoPhaseCommitWriter,
+    _structured_logger,
+)
+
+SCHEMA = StructType([StructField("value", BinaryType())])
+
+
+@pytest.fixture(autouse=True)
+def _sink_logs_reach_caplog(monkeypatch):
+    """The template's logger stops propagating once it has its own handler."""
+    monkeypatch.setattr(_structured_logger(), "propagate", True)
+
+
+# ------------------------------------------------------------------ classification (pure)
+
+
+@pytest.mark.parametrize(
+    "code,kind,exc",
+    [
+        (0, "none", None),
+        (7, "transient", TransientTxnError),    # REQUEST_TIMED_OUT
+        (14, "transient", TransientTxnError),   # COORDINATOR_LOAD_IN_PROGRESS
+        (15, "transient", TransientTxnError),   # COORDINATOR_NOT_AVAILABLE
+        (16, "transient", TransientTxnError),   # NOT_COORDINATOR
+        (51, "transient", TransientTxnError),   # CONCURRENT_TRANSACTIONS
+        (47, "fenced", TransactionFenced),      # INVALID_PRODUCER_EPOCH
+        (90, "fenced", TransactionFenced),      # PRODUCER_FENCED
+        (49, "unknown", TransactionUnknown),    # INVALID_PRODUCER_ID_MAPPING: the id expired
+        (105, "unknown", TransactionUnknown),   # TRANSACTIONAL_ID_NOT_FOUND
+        (48, "invalid_state", TxnStateInvalid),  # INVALID_TXN_STATE
+        (53, "authorization", TxnAuthorizationError),  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        (31, "authorization", TxnAuthorizationError),  # CLUSTER_AUTHORIZATION_FAILED
+        (29, "authorization", TxnAuthorizationError),  # TOPIC_AUTHORIZATION_FAILED
+        (-1, "definite", TxnRequestError),      # UNKNOWN_SERVER_ERROR
+        (35, "definite", TxnRequestError),      # UNSUPPORTED_VERSION
+        (50, "definite", TxnRequestError),      # INVALID_TRANSACTION_TIMEOUT
+        (9999, "definite", TxnRequestError),    # a code newer than kafka-python's table
+    ],
+)
+def test_each_error_code_is_classified(code, kind, exc):
+    assert classify(code) == kind
+    error = txn_error(code, "EndTxn(commit) of t-0-0")
+    if exc is None:
+        assert error is None
+        return
+    assert type(error) is exc
+    assert "EndTxn(commit) of t-0-0" in str(error)
+    assert f"(error {code})" in str(error)
+    if isinstance(error, TxnRequestError):
+        assert error.code == code
+
+
+def test_definite_errors_carry_kafkas_name():
+    assert "INVALID_TXN_STATE (error 48)" in str(txn_error(48, "EndTxn"))
+    assert "INVALID_PRODUCER_ID_MAPPING" in str(txn_error(49, "EndTxn"))
+    assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in str(txn_error(53, "FindCoordinator"))
+    assert error_name(35) == "UNSUPPORTED_VERSION (error 35)"
+
+
+def test_acl_needed_names_the_prefixed_transactional_id_acl():
+    text = acl_needed(53, "kafka-eos-abc")
+    assert "WRITE (and DESCRIBE) on TransactionalId 'kafka-eos-abc*'" in text
+    assert "prefixed" in text
+    assert "Topic 'out'" in acl_needed(29, "p", ["out"])
+    assert "IDEMPOTENT_WRITE on the Cluster" in acl_needed(31, "p")
+
+
+# ------------------------------------------------------------------ the sink around a commit
+
+
+def _sink(tmp_path, **options) -> KafkaSink:
+    opts = Options({"kafka.bootstrap.servers": "b:9092", "topic": "out",
+                    "checkpointLocation": str(tmp_path / "ck"), **options})
+    settings = SinkSettings.from_options("kafka-eos", opts)
+    return KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, SCHEMA))
+
+
+HANDLE = {"partitions": [["out", 0]], "transactional_id": "kafka-eos-x-0-0",
+          "producer_id": 7, "producer_epoch": 3, "scan_from": [["out", 0, 40]]}
+
+
+@pytest.fixture
+def coordinator(monkeypatch):
+    """EndTxn raises what `answers` says; the output settles as `outcome` says."""
+    state = {"answers": [], "outcome": None, "settled": [], "ended": []}
+
+    def end_transaction(bootstrap, txn, *, commit, timeout_s=10.0):
+        state["ended"].append((txn, commit))
+        if state["answers"]:
+            raise state["answers"].pop(0)
+
+    def transaction_outcome(bootstrap, txn, starts, timeout_s=10.0):
+        state["settled"].append((txn, starts))
+        if isinstance(state["outcome"], Exception):
+            raise state["outcome"]
+        return state["outcome"]
+
+    monkeypatch.setattr(ksink, "end_transaction", end_transaction)
+    monkeypatch.setattr(ksink, "transaction_outcome", transaction_outcome)
+    return state
+
+
+def test_a_refused_commit_that_the_output_shows_committed_is_a_success(tmp_path, coordinator):
+    sink = _sink(tmp_path)
+    for refusal in (txn_error(90, "EndTxn"), txn_error(49, "EndTxn"), txn_error(48, "EndTxn"),
+                    TransientTxnError("closed", closed_by_broker=True)):
+        coordinator["answers"] = [refusal]
+        coordinator["outcome"] = COMMITTED
+        sink.commit(5, {0: HANDLE})  # no TransactionLost: never taken for lost
+    # read from the offset the batch's end offsets gave, not from the log start
+    assert coordinator["settled"][-1][1] == {("out", 0): 40}
+
+
+@pytest.mark.parametrize("code", [47, 90, 49])
+def test_a_refused_commit_whose_output_shows_abort_or_no_marker_is_lost(tmp_path, coordinator, code):
+    sink = _sink(tmp_path)
+    for outcome in (ABORTED, OPEN):
+        coordinator["answers"] = [txn_error(code, "EndTxn")]
+        coordinator["outcome"] = outcome
+        with pytest.raises(TransactionLost) as e:
+            sink.commit(5, {0: HANDLE})
+        assert e.value.partitions == [0]
+
+
+def test_invalid_txn_state_with_no_marker_fails_with_its_kafka_name(tmp_path, coordinator):
+    sink = _sink(tmp_path)
+    coordinator["answers"], coordinator["outcome"] = [txn_error(48, "EndTxn")], OPEN
+    with pytest.raises(TxnStateInvalid, match="INVALID_TXN_STATE"):
+        sink.commit(5, {0: HANDLE})
+    coordinator["answers"], coordinator["outcome"] = [txn_error(48, "EndTxn")], ABORTED
+    with pytest.raises(TransactionLost):
+        sink.commit(5, {0: HANDLE})
+
+
+def test_a_refusal_the_output_cannot_settle_fails_loudly_saying_what_to_check(tmp_path, coordinator):
+    sink = _sink(tmp_path)
+    coordinator["answers"] = [txn_error(49, "EndTxn")]
+    coordinator["outcome"] = OutcomeUnreadable("records gone (retention deleted them?)")
+    with pytest.raises(OutcomeUnreadable) as e:
+        sink.commit(5, {0: HANDLE})
+    assert "eos-sink/5/committed-0" in str(e.value)
+    assert "retention" in str(e.value)
+    assert not sink.isTransient(e.value)
+
+
+def test_a_closed_connection_the_output_cannot_settle_stays_transient(tmp_path, coordinator):
+    sink = _sink(tmp_path)
+    for outcome in (OPEN, OutcomeUnreadable("not in the log")):
+        coordinator["answers"] = [TransientTxnError("closed", closed_by_broker=True)]
+        coordinator["outcome"] = outcome
+        with pytest.raises(TransientTxnError) as e:
+            sink.commit(5, {0: HANDLE})
+        assert sink.isTransient(e.value)
+    coordinator["answers"] = [TransientTxnError("closed", closed_by_broker=True)]
+    coordinator["outcome"] = ABORTED  # an ABORT marker is final, whatever the coordinator said
+    with pytest.raises(TransactionLost):
+        sink.commit(5, {0: HANDLE})
+
+
+def test_an_unreachable_broker_is_retried_without_reading_the_output(tmp_path, coordinator):
+    sink = _sink(tmp_path)
+    coordinator["answers"] = [TransientTxnError("connection refused")]
+    with pytest.raises(TransientTxnError):
+        sink.commit(5, {0: HANDLE})
+    assert coordinator["settled"] == []
+
+
+def test_an_authorization_failure_names_the_acl(tmp_path, coordinator):
+    sink = _sink(tmp_path)
+    coordinator["answers"] = [txn_error(53, "FindCoordinator(kafka-eos-x-0-0)")]
+    with pytest.raises(TxnAuthorizationError) as e:
+        sink.commit(5, {0: HANDLE})
+    assert f"TransactionalId '{sink.options.prefix}*'" in str(e.value)
+    assert not sink.isTransient(e.value)
+
+
+def test_definite_errors_fail_the_commit_at_once_not_after_commit_timeout(tmp_path, coordinator):
+    """The template retries what isTransient calls transient: an authorization failure (or any
+    definite error) must fail on the first attempt, not after commitTimeout on every restart."""
+    sink = _sink(tmp_path, commitTimeout="60s", commitRetries="8")
+    writer = TwoPhaseCommitWriter(sink)
+    for error, cls in ((txn_error(53, "EndTxn"), TxnAuthorizationError),
+                       (txn_error(35, "EndTxn"), TxnRequestError)):
+        coordinator["ended"].clear()
+        coordinator["answers"] = [error] * 9
+        with pytest.raises(cls):
+            writer._commit(5, {0: HANDLE}, recovering=True)
+        assert len(coordinator["ended"]) == 1
+
+
+def test_transient_errors_are_retried_until_commit_timeout(tmp_path, coordinator):
+    sink = _sink(tmp_path, commitTimeout="60s", commitRetries="2")
+    writer = TwoPhaseCommitWriter(sink)
+    coordinator["answers"] = [TransientTxnError("coordinator moved")] * 3
+    with pytest.raises(CommitTimeoutError):
+        writer._commit(5, {0: HANDLE}, recovering=True)
+    assert len(coordinator["ended"]) == 3
+    assert sink.isTransient(KafkaException(KafkaError(KafkaError._TRANSPORT)))
+    assert not sink.isTransient(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+
+
+def test_abort_logs_definite_errors_but_fails_on_authorization(tmp_path, coordinator, caplog):
+    sink = _sink(tmp_path)
+    coordinator["answers"] = [txn_error(48, "EndTxn"), txn_error(49, "EndTxn"), txn_error(-1, "EndTxn"),
+                         txn_error(90, "EndTxn"), TransientTxnError("down")]
+    with caplog.at_level(logging.WARNING, logger="kafka_eos.sink.kafka"):
+        sink.abort([HANDLE] * 5)  # none escapes
+    assert "INVALID_TXN_STATE" in caplog.text
+    coordinator["answers"] = [txn_error(53, "EndTxn")]
+    with pytest.raises(TxnAuthorizationError, match="prefixed"):
+        sink.abort([HANDLE])
+
+
+# ------------------------------------------------------------------ transaction timeout
+
+
+@pytest.mark.parametrize(
+    "user,broker_max,chosen",
+    [
+        (None, None, 900_000),          # the broker does not say (Tansu): 15 minutes
+        (None, 900_000, 900_000),
+        (None, 300_000, 300_000),       # lowered to the broker's maximum
+        (None, 3_600_000, 900_000),     # a larger maximum does not raise the default
+        ("120000", 300_000, 120_000),   # the user's value wins
+        ("3600000", 300_000, 3_600_000),
+    ],
+)
+def test_transaction_timeout_choice(user, broker_max, chosen):
+    assert choose_transaction_timeout(user, broker_max) == chosen
+
+
+def test_lowering_after_invalid_transaction_timeout_halves_and_stops():
+    assert lower_transaction_timeout(900_000) == 450_000
+    assert lower_transaction_timeout(1_500) is None
+
+
+class _FakeProducer:
+    """Refuses transaction timeouts above `max_ms` as a broker does."""
+
+    max_ms = 300_000
+    created: list[dict] = []
+
+    def __init__(self, conf):
+        self.conf = conf
+        _FakeProducer.created.append(conf)
+
+    def init_transactions(self, timeout):
+        if int(self.conf["transaction.timeout.ms"]) > self.max_ms:
+            raise KafkaException(KafkaError(KafkaError.INVALID_TRANSACTION_TIMEOUT))
+
+    def begin_transaction(self):
+        pass
+
+
+@pytest.fixture
+def fake_producer(monkeypatch):
+    _FakeProducer.created = []
+    monkeypatch.setattr(ksink, "Producer", _FakeProducer)
+    monkeypatch.setattr(ksink, "broker_max_transaction_timeout_ms", lambda conf, timeout_s: None)
+    monkeypatch.setattr(ksink, "_TIMEOUTS", {})
+    return _FakeProducer
+
+
+def test_tasks_use_15_minutes_lowered_when_the_broker_refuses(tmp_path, fake_producer):
+    fake_producer.max_ms = 10**9
+    sink = _sink(tmp_path)
+    txn = sink.beginTransaction(TaskInfo(3, 1, 0))
+    assert fake_producer.created[-1]["transaction.timeout.ms"] == str(DEFAULT_TRANSACTION_TIMEOUT_MS)
+    assert txn.timeout_ms == DEFAULT_TRANSACTION_TIMEOUT_MS
+    assert txn.transactional_id == f"{sink.options.prefix}-1-0"
+
+    fake_producer.max_ms = 300_000
+    ksink._TIMEOUTS.clear()
+    txn = sink.beginTransaction(TaskInfo(3, 1, 0))
+    assert txn.timeout_ms == 225_000  # 900000 -> 450000 -> 225000
+    sink.beginTransaction(TaskInfo(4, 1, 0))
+    assert fake_producer.created[-1]["transaction.timeout.ms"] == "225000"  # remembered
+
+
+def test_a_user_set_timeout_is_never_changed(tmp_path, fake_producer):
+    fake_producer.max_ms = 300_000
+    sink = _sink(tmp_path, **{"kafka.transaction.timeout.ms": "600000"})
+    with pytest.raises(KafkaException):
+        sink.beginTransaction(TaskInfo(3, 1, 0))
+    assert [c["transaction.timeout.ms"] for c in fake_producer.created] == ["600000"]
+    with pytest.raises(OptionError, match="kafka.transaction.timeout.ms"):
+        _sink(tmp_path, **{"kafka.transaction.timeout.ms": "15m"})
+
+
+def test_timeout_warning_only_past_half_the_timeout():
+    assert timeout_warning(7, [1_000], 900_000, 1_000 + 449_000, "s") is None
+    text = timeout_warning(7, [5_000, 1_000], 900_000, 1_000 + 600_000, "kafka-eos[p]")
+    assert "batch 7" in text and "600 s" in text and "transaction.timeout.ms=900000" in text
+    assert "kafka.transaction.timeout.ms" in text and "67%" in text
+    assert timeout_warning(7, [], 900_000, 10**9, "s") is None
+
+
+def test_the_driver_warns_once_per_batch_when_a_commit_comes_late(tmp_path, coordinator, caplog, monkeypatch):
+    sink = _sink(tmp_path)
+    now_s = 1_000_000.0
+    monkeypatch.setattr(ksink.time, "time", lambda: now_s)
+    old = dict(HANDLE, began_ms=int((now_s - 500) * 1000), timeout_ms=900_000)
+    young = dict(HANDLE, began_ms=int((now_s - 5) * 1000), timeout_ms=900_000)
+    with caplog.at_level(logging.WARNING, logger="kafka_eos.sink.kafka"):
+        sink.commit(8, {0: young})
+        assert "batch 8" not in caplog.text
+        sink.commit(9, {0: old})
+        sink.commit(9, {1: old})  # commit is called once per partition
+    assert caplog.text.count("batch 9 is committed 500 s after") == 1
+
+
+# ------------------------------------------------------------------ ids and attempts
+
+
+def test_transactional_ids_are_per_partition_and_attempt_and_bounded():
+    assert transactional_id("pre", 3, 0) == "pre-3-0"
+    assert transactional_id("pre", 3, 1) != transactional_id("pre", 3, 0)
+
+
+def test_the_default_prefix_derives_from_the_checkpoint_path(tmp_path):
+    a, b = _sink(tmp_path), _sink(tmp_path)
+    assert a.options.prefix == b.options.prefix  # a reset checkpoint fences its predecessor
+    assert _sink(tmp_path / "other").options.prefix != a.options.prefix
+    assert _sink(tmp_path, transactionalIdPrefix="mine").options.prefix == "mine"
+
+
+def test_attempts_beyond_the_first_are_fenced_before_the_next_batch(tmp_path, fake_producer,
+                                                                     monkeypatch):
+    fenced: list[str] = []
+    monkeypatch.setattr(ksink, "fence_transactional_id",
+                        lambda bootstrap, tid, timeout_ms: fenced.append(tid))
+    fake_producer.max_ms = 10**9
+    sink = _sink(tmp_path)
+    sink.cleanupAbandoned()
+    assert fenced == []  # nothing noted: no request at all
+    sink.beginTransaction(TaskInfo(3, 1, 0))
+    sink.beginTransaction(TaskInfo(3, 2, 2))  # a retry or speculative copy
+    sink.cleanupAbandoned()
+    p = sink.options.prefix
+    assert fenced == [f"{p}-2-2", f"{p}-2-1", f"{p}-2-0"]
+    sink.cleanupAbandoned()
+    assert len(fenced) == 3  # noted once, fenced once
+
+
+def test_a_failed_fence_keeps_its_note_for_the_next_batch(tmp_path, fake_producer, monkeypatch):
+    calls: list[str] = []
+
+    def fence(bootstrap, tid, timeout_ms):
+        calls.append(tid)
+        raise TransientTxnError("down")
+
+    monkeypatch.setattr(ksink, "fence_transactional_id", fence)
+    fake_producer.max_ms = 10**9
+    sink = _sink(tmp_path)
+    sink.beginTransaction(TaskInfo(3, 0, 1))
+    sink.cleanupAbandoned()
+    sink.cleanupAbandoned()
+    assert len(calls) == 2
+
+
+def test_handles_without_end_offsets_are_settled_from_the_log_start():
+    h = {"partitions": [["a", 0], ["a", 1]], "scan_from": [["a", 1, 9]]}
+    assert ksink._scan_starts(h) == {("a", 0): None, ("a", 1): 9}
+    assert ksink._scan_starts({"partitions": [["a", 0]]}) == {("a", 0): None}
+
+
+def test_handle_is_json_with_what_the_driver_needs(tmp_path, fake_producer):
+    fake_producer.max_ms = 10**9
+    sink = _sink(tmp_path)
+    sink.scan_from = {("out", 0): 40, ("out", 1): 12}
+    txn = sink.beginTransaction(TaskInfo(3, 0, 0))
+
+    class Flushed:
+        def flush(self, timeout):
+            return 0
+
+        def poll(self, timeout):
+            txn.stats.update({"eos": {"txn_state": "InTransaction", "producer_id": 7,
+                                      "producer_epoch": 3},
+                              "topics": {"out": {"partitions": {"0": {"txmsgs": 2},
+                                                                "1": {"txmsgs": 0}}}}})
+
+    txn.producer = Flushed()
+    h = sink.preCommit(txn)
+    assert json.loads(json.dumps(h)) == h
+    assert h["scan_from"] == [["out", 0, 40]]
+    assert h["timeout_ms"] == DEFAULT_TRANSACTION_TIMEOUT_MS and h["began_ms"] > 0
+    assert kafka_txn.PreparedTxn(h["transactional_id"], 7, 3) == ksink._prepared(h)
