@@ -16,6 +16,7 @@ import time
 
 import polars as pl
 import pytest
+from deltalake import DeltaTable
 
 from integration_tests.delta_oracle import (
     assert_exactly_once,
@@ -52,6 +53,8 @@ def pipeline(bootstrap, tmp_path):
     args = [
         "--bootstrap", bootstrap, "--topic", topic,
         "--checkpoint", paths["checkpoint"], "--table", paths["table"],
+        # Files of killed tasks are removed at the next start, not an hour later.
+        "--sink-option", "orphanFileRetention=0s",
     ]
     return args, paths, expected
 
@@ -70,7 +73,7 @@ def _verify(paths, expected) -> None:
     ), f"batches left pending in the transaction log: {leftover}"
 
 
-KILL_POINTS = ["task_write", "after_precommit", "after_decision", "after_commit"]
+KILL_POINTS = ["task_write", "after_precommit", "after_decision", "after_store_commit", "after_commit"]
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -82,6 +85,22 @@ def test_kill_at_protocol_point_then_restart(pipeline, point):
     assert len(table_records(paths["table"])) < len(expected)
 
     run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    _verify(paths, expected)
+
+
+def test_decided_batch_whose_files_were_vacuumed_is_written_again(pipeline):
+    """The query stays down after a decision; a VACUUM removes the batch's files (nothing
+    references them yet). Recovery must not commit add actions for missing files (the replay
+    would then skip the batch): the batch is lost, and the replay writes it again."""
+    args, paths, expected = pipeline
+    proc = start_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: "after_decision@2"})
+    assert wait_exit(proc, paths["log"]) == -signal.SIGKILL, log_tail(paths["log"])
+    removed = DeltaTable(paths["table"]).vacuum(
+        retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True
+    )
+    assert any("-b2-" in f for f in removed), f"the VACUUM should remove batch 2's files: {removed}"
+    run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    assert "data file(s) of decided batch 2 are gone" in log_tail(paths["log"], 10**7)
     _verify(paths, expected)
 
 

@@ -9,12 +9,13 @@ atomically whether batch N is in (`isCommitted`). The commit protocol is the tem
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,12 +28,14 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connectors.options import OptionError, Options
+from connectors.paths import normalise, resolve
+from sinks.checkpoint import last_committed_batch, writer_identity
 from sinks.two_phase_commit import (
     EXACTLY_ONCE,
     SinkSettings,
     TaskInfo,
+    TransactionLost,
     TwoPhaseCommitSink,
-    qualify_path,
 )
 from sinks.txn_log import Handle
 
@@ -42,31 +45,57 @@ FORMAT_NAME = "delta-eos"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
+#: Orphan files younger than this are left alone: a task may still be writing them.
+DEFAULT_ORPHAN_RETENTION_MS = 3_600_000
+
+
 @dataclass(frozen=True)
 class DeltaOptions:
-    path: str
+    path: str  # a URI delta-rs and pyarrow.fs read alike (connectors/paths.py)
     partition_by: tuple[str, ...]
     merge_schema: bool
     app_id: str
+    app_id_explicit: bool
+    orphan_retention_ms: int
     storage_options: dict[str, str] = field(repr=False)  # may hold keys: never in a repr
+
+    @property
+    def file_tag(self) -> str:
+        """In every data file's name: whose files they are, for the orphan clean-up."""
+        return hashlib.sha256(self.app_id.encode()).hexdigest()[:16]
 
     @classmethod
     def parse(cls, opts: Options, settings: SinkSettings) -> "DeltaOptions":
-        path = opts.require("path", 'the Delta table\'s location, e.g. .option("path", "/data/t")')
+        path = normalise(
+            "path", opts.require("path", 'the Delta table\'s location, e.g. .option("path", "/data/t")')
+        )
         partition_by = tuple(
             c.strip() for c in (opts.get("partitionBy") or "").split(",") if c.strip()
         )
         app_id = opts.get("appId")
+        explicit = bool(app_id)
         if not app_id:
-            origin = settings.checkpoint_location or path
-            app_id = "delta-eos-" + hashlib.sha256(origin.encode()).hexdigest()[:16]
+            app_id = "delta-eos-" + _default_identity(settings, path)
         return cls(
-            path=qualify_path(path.rstrip("/")),
+            path=path,
             partition_by=partition_by,
             merge_schema=opts.get_bool("mergeSchema", False),
             app_id=app_id,
+            app_id_explicit=explicit,
+            orphan_retention_ms=opts.get_duration_ms("orphanFileRetention", DEFAULT_ORPHAN_RETENTION_MS),
             storage_options=opts.with_prefix("delta."),
         )
+
+
+def _default_identity(settings: SinkSettings, path: str) -> str:
+    """The query's own id (so a reset checkpoint is a new writer), fixed in the transaction
+    log at the first exactly-once start; checkpoints of earlier versions keep the id they had,
+    derived from the checkpoint path."""
+    origin = settings.checkpoint_location or path
+    legacy = hashlib.sha256(origin.encode()).hexdigest()[:16]
+    if settings.guarantee != EXACTLY_ONCE or not settings.checkpoint_location:
+        return legacy  # no txn action is written: the id only names files
+    return writer_identity(settings.checkpoint_location, legacy=legacy)
 
 
 @dataclass
@@ -108,7 +137,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
     # -- helpers ----------------------------------------------------------------------------
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        return pafs.FileSystem.from_uri(self.options.path)
+        loc = resolve("path", self.options.path)
+        return loc.fs, loc.path
 
     def _table(self) -> DeltaTable | None:
         try:
@@ -121,6 +151,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         table = self._table()
         if table is None:
             return
+        self._check_checkpoint_not_behind(table)
         existing = pa.schema(table.schema().to_arrow())
         partitions = tuple(table.metadata().partition_columns)
         if self.options.partition_by and partitions != self.options.partition_by:
@@ -145,6 +176,26 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 "mergeSchema",
                 f"the stream has column(s) {', '.join(added)} that the table at "
                 f"{self.options.path} lacks; set mergeSchema=true to add them",
+            )
+
+    def _check_checkpoint_not_behind(self, table: DeltaTable) -> None:
+        """The table holds batches of this appId that the checkpoint never committed: a reset
+        checkpoint with an explicit appId, or two queries sharing one. Every batch up to the
+        table's version would be skipped as 'already in': refuse instead."""
+        if self.settings.guarantee != EXACTLY_ONCE or not self.settings.checkpoint_location:
+            return
+        version = table.transaction_version(self.options.app_id)
+        if version is None:
+            return
+        spark_last = last_committed_batch(self.settings.checkpoint_location)
+        if version > spark_last + 1:  # +1: committed to the table, not yet in Spark's log
+            raise OptionError(
+                "appId",
+                f"the table at {self.options.path} already holds batch {version} of appId "
+                f"{self.options.app_id!r}, but this query's checkpoint has committed only up to "
+                f"batch {spark_last}: the checkpoint was reset, or another query writes with the "
+                "same appId. Its batches would be skipped as already written; give this query "
+                "an appId of its own (or leave appId unset: the default follows the query's id)",
             )
 
     # -- task side --------------------------------------------------------------------------
@@ -180,7 +231,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         )
         i = txn.info
         name = (
-            f"part-eos-{self.options.app_id[-16:]}-b{i.batch_id}-p{i.partition_id}-a{i.attempt}-"
+            f"part-eos-{self.options.file_tag}-b{i.batch_id}-p{i.partition_id}-a{i.attempt}-"
             f"{uuid.uuid4().hex[:12]}.parquet"
         )
         relative = f"{dirs}/{name}" if dirs else name
@@ -227,24 +278,72 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         return version is not None and version >= batchId
 
     def cleanupAbandoned(self) -> None:
-        """Delete this sink's data files of batches the table does not hold yet: written by
-        tasks killed before they could log a handle. The replay writes those batches anew."""
+        """Delete this sink's data files that no readable version of the table references and
+        that are older than orphanFileRetention: written by tasks killed before their handle
+        was logged, or by failed and superseded attempts. Never inferred from names alone."""
+        now_ms = time.time() * 1000
+        last = _LAST_CLEANUP.get(self.options.path)
+        if last is not None and now_ms - last < self.options.orphan_retention_ms / 2:
+            return  # orphans are invisible to readers: a clean-up per half retention is enough
+        _LAST_CLEANUP[self.options.path] = now_ms
+        fs, root = self._fs()
+        prefix = f"part-eos-{self.options.file_tag}-"
+        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+        candidates = [
+            info for info in fs.get_file_info(selector)
+            if info.type == pafs.FileType.File and info.base_name.startswith(prefix)
+            and "/_delta_log/" not in info.path
+            and now_ms - _mtime_ms(info, now_ms) >= self.options.orphan_retention_ms
+        ]
+        if not candidates:
+            return
+        since_ms = min(_mtime_ms(c, now_ms) for c in candidates) - 60_000  # clock slack
+        referenced = self._referenced_files(fs, root, since_ms)
+        for info in candidates:
+            relative = info.path[len(root):].lstrip("/")
+            if relative not in referenced:
+                log.info("%s: removing orphan file %s", self.describe(), info.path)
+                _delete(fs, info.path)
+
+    def _referenced_files(self, fs: pafs.FileSystem, root: str, since_ms: float) -> set[str]:
+        """Relative paths (as on disk) of every file a readable version references: the
+        current snapshot, plus every add and remove of the commits written since `since_ms`
+        (a file can only be referenced by a commit made after the file was written)."""
         table = self._table()
         if table is None:
-            return
-        version = table.transaction_version(self.options.app_id)
-        committed_through = -1 if version is None else version
-        fs, root = self._fs()
-        prefix = f"part-eos-{self.options.app_id[-16:]}-b"
-        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+            return set()
+        paths = table.get_add_actions(flatten=True).column("path").to_pylist()
+        selector = pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True)
         for info in fs.get_file_info(selector):
-            name = info.base_name
-            if info.type != pafs.FileType.File or not name.startswith(prefix):
+            if not info.base_name.endswith(".json") or _mtime_ms(info, since_ms) < since_ms:
                 continue
-            batch = int(name[len(prefix):].split("-", 1)[0])
-            if batch > committed_through:
-                log.info("%s: removing abandoned file %s", self.describe(), info.path)
-                _delete(fs, info.path)
+            with fs.open_input_stream(info.path) as f:
+                for line in f.read().decode("utf-8").splitlines():
+                    if not line.strip():
+                        continue
+                    action = json.loads(line)
+                    for kind in ("add", "remove"):
+                        if kind in action:
+                            paths.append(action[kind]["path"])
+        return {unquote(p) for p in paths}  # add paths are the on-disk names, URL-encoded
+
+    def recoverAndCommit(self, batchId: int, handles: dict[int, Handle]) -> None:
+        """A decided batch committed after a restart: its files may have gone while the query
+        was down (a VACUUM removes unreferenced files). Adding actions for missing files would
+        commit a batch nobody can read and make the replay skip it; it is lost instead."""
+        if self.isCommitted(batchId):
+            return
+        fs, root = self._fs()
+        paths = [f"{root}/{a['file']}" for h in handles.values() for a in h["adds"]]
+        missing = [i.path for i in fs.get_file_info(paths) if i.type == pafs.FileType.NotFound] if paths else []
+        if missing:
+            raise TransactionLost(
+                list(handles),
+                f"{len(missing)} of the {len(paths)} data file(s) of decided batch {batchId} are "
+                f"gone (e.g. {missing[0]}), removed while the query was down (a VACUUM?); the "
+                "replay writes the batch again",
+            )
+        self.commit(batchId, handles)
 
     def commit(self, batchId: int, handles: dict[int, Handle]) -> None:
         """One Delta commit for the whole batch, carrying Transaction(appId, batchId).
@@ -305,6 +404,14 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         for h in handles:
             for a in h.get("adds", []):
                 _delete(fs, f"{root}/{a['file']}")
+
+
+#: When this worker process last cleaned up each table (see cleanupAbandoned).
+_LAST_CLEANUP: dict[str, float] = {}
+
+
+def _mtime_ms(info: pafs.FileInfo, default: float) -> float:
+    return info.mtime_ns / 1e6 if info.mtime_ns is not None else default
 
 
 def _delete(fs: pafs.FileSystem, path: str) -> None:

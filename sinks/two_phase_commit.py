@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -48,6 +49,7 @@ from tenacity import (
 )
 
 from connectors.options import OptionError, Options
+from connectors.paths import normalise
 from sinks import faults
 from sinks.txn_log import Handle, TransactionLog
 
@@ -73,16 +75,13 @@ class TransactionLost(Exception):
         super().__init__(f"transaction(s) of partition(s) {self.partitions} lost: {reason}")
 
 
+class QueryStartFailed(pickle.PicklingError):
+    """What the store's open() or recovery raised before a batch's tasks (it surfaces while
+    Spark pickles the writer for them); the message is the original error's."""
+
+
 class CommitTimeoutError(RuntimeError):
     """The commit of a batch did not finish within commitTimeoutMs: the batch fails loudly."""
-
-
-def qualify_path(path: str | None) -> str | None:
-    """A relative local path made absolute on the driver (where Spark resolves it too), so
-    that tasks in other working directories, and pyarrow.fs, see the same place."""
-    if not path or "://" in path or os.path.isabs(path):
-        return path
-    return os.path.abspath(path)
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,9 @@ class SinkSettings:
     @classmethod
     def from_options(cls, name: str, opts: Options) -> "SinkSettings":
         guarantee = opts.get_choice("deliveryGuarantee", GUARANTEES, EXACTLY_ONCE)
-        checkpoint = qualify_path(opts.get("checkpointLocation"))
+        raw_checkpoint = opts.get("checkpointLocation")
+        # The same place on every executor, in a scheme pyarrow.fs serves (or an error now).
+        checkpoint = normalise("checkpointLocation", raw_checkpoint) if raw_checkpoint else None
         if guarantee == EXACTLY_ONCE and not checkpoint:
             raise OptionError(
                 "checkpointLocation",
@@ -244,7 +245,12 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
         built to commit or abort is used in place): so pickling is when recovery must run. This
         does not depend on how Spark starts its Python workers (daemon or not, any platform)."""
         if not self.ready_for_tasks:
-            self.prepare_for_tasks()
+            try:
+                self.prepare_for_tasks()
+            except Exception as e:
+                # PySpark's serializer re-raises a PicklingError as it is, and wraps anything
+                # else as "Could not serialize object": keep the store's own message first.
+                raise QueryStartFailed(f"{type(e).__name__}: {e}") from e
         return dict(self.__dict__)
 
     def prepare_for_tasks(self) -> None:

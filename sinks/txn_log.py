@@ -4,17 +4,24 @@ Layout, one directory per micro-batch, every file written once and never changed
 
     <checkpointLocation>/eos-sink/<batchId>/
         prepared-<partition>-<attempt>-<run>.json   task side, at preCommit: the handle
-        decision-<seq>.json                   driver: "commit these handles" (the decision point)
+        decision-<seq>-<writer>.json          driver: "commit these handles" (the decision point)
         committed-<partition>                 driver: that partition is in the store
         done                                  driver: every partition of the batch is in
 
-Written through `pyarrow.fs`, so the checkpoint may be local, `s3://`, `hdfs://`, ...; a JSON
-file is written to a temporary name and moved into place, so a reader never sees half of one.
+Written through `pyarrow.fs`, so the checkpoint may be local, `s3://`, `hdfs://`, ...
+(connectors/paths.py maps the schemes Spark users write). A record is written once and never
+replaced, so a reader never sees half of one: on a local disk it is written to a temporary name
+and hard-linked into place (which fails if the name exists); object stores have no atomic
+rename, but a PUT is atomic, so there it is written in place. Decisions carry their writer's
+id in the name: a second driver deciding the same batch is detected, never silently merged.
+Garbage collection removes `done` last, so a crash inside it never leaves a decided batch
+looking pending.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -22,12 +29,20 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from connectors.paths import resolve
+
 LOG_DIR = "eos-sink"
+#: pyarrow filesystems with no atomic rename, where a record is written in place.
+OBJECT_STORES = ("s3", "gcs", "abfs")
 _PREPARED = re.compile(r"^prepared-(\d+)-(\d+)-\w+\.json$")
-_DECISION = re.compile(r"^decision-(\d+)\.json$")
+_DECISION = re.compile(r"^decision-(\d+)(?:-\w+)?\.json$")
 _COMMITTED = re.compile(r"^committed-(\d+)$")
 
 Handle = dict[str, Any]
+
+
+class ConflictingWriters(RuntimeError):
+    """Two drivers decided the same batch: two queries run on one checkpoint."""
 
 
 @dataclass
@@ -56,7 +71,8 @@ class BatchState:
 class TransactionLog:
     def __init__(self, checkpoint_location: str, filesystem: pafs.FileSystem | None = None) -> None:
         if filesystem is None:
-            filesystem, path = pafs.FileSystem.from_uri(checkpoint_location)
+            location = resolve("checkpointLocation", checkpoint_location)
+            filesystem, path = location.fs, location.path
         else:
             path = checkpoint_location
         self.fs = filesystem
@@ -68,12 +84,34 @@ class TransactionLog:
     def _dir(self, batch_id: int) -> str:
         return f"{self.root}/{batch_id}"
 
-    def _write(self, path: str, payload: bytes) -> None:
+    def _write(self, path: str, payload: bytes, *, exclusive: bool = False) -> None:
+        """Write a record once. `exclusive`: fail if it exists (else an existing one, which
+        has the same meaning, is kept or rewritten with the same meaning)."""
         parent = path.rsplit("/", 1)[0]
+        if self.fs.type_name in OBJECT_STORES:
+            # No rename there (pyarrow's move is copy + delete), but a PUT is atomic; and no
+            # directories to create (a marker object would be a round trip).
+            if exclusive and self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+                raise FileExistsError(path)
+            with self.fs.open_output_stream(path) as out:
+                out.write(payload)
+            return
         self.fs.create_dir(parent, recursive=True)
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
         with self.fs.open_output_stream(tmp) as out:
             out.write(payload)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            try:
+                os.link(tmp, path)  # atomic, and never replaces
+            except FileExistsError:
+                if exclusive:
+                    raise
+            finally:
+                os.unlink(tmp)
+            return
+        if exclusive and self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+            self.fs.delete_file(tmp)
+            raise FileExistsError(path)
         self.fs.move(tmp, path)
 
     def _read_json(self, path: str) -> Any:
@@ -106,9 +144,22 @@ class TransactionLog:
         """The decision point: once this file exists, these handles will be committed."""
         # Count decision files by name: reading the whole state would parse every prepared
         # handle of the batch on the commit path just to number this record.
-        seq = sum(1 for n in self._names(self._dir(batch_id)) if _DECISION.match(n))
+        directory = self._dir(batch_id)
+        seq = self._next_decision_seq(directory)
         doc = {"batch": batch_id, "handles": {str(p): h for p, h in handles.items()}}
-        self._write(f"{self._dir(batch_id)}/decision-{seq}.json", json.dumps(doc).encode("utf-8"))
+        self._write(
+            f"{directory}/decision-{seq}-{uuid.uuid4().hex[:12]}.json",
+            json.dumps(doc).encode("utf-8"), exclusive=True,
+        )
+        rivals = [n for n in self._names(directory) if (m := _DECISION.match(n)) and int(m.group(1)) == seq]
+        if len(rivals) > 1:
+            raise ConflictingWriters(
+                f"batch {batch_id} was decided by two writers ({', '.join(sorted(rivals))} in "
+                f"{directory}): two queries run on one checkpoint; stop one of them"
+            )
+
+    def _next_decision_seq(self, directory: str) -> int:
+        return len({int(m.group(1)) for n in self._names(directory) if (m := _DECISION.match(n))})
 
     def record_committed(self, batch_id: int, partitions: list[int]) -> None:
         for p in partitions:
@@ -116,6 +167,10 @@ class TransactionLog:
 
     def record_done(self, batch_id: int) -> None:
         self._write(f"{self._dir(batch_id)}/done", b"")
+
+    def write_record(self, name: str, payload: bytes) -> None:
+        """A record of the whole log (not of a batch), written once: FileExistsError if there."""
+        self._write(f"{self.root}/{name}", payload, exclusive=True)
 
     def batches(self) -> list[int]:
         return sorted(int(n) for n in self._names(self.root) if n.isdigit())
@@ -138,13 +193,31 @@ class TransactionLog:
             elif m := _DECISION.match(name):
                 doc = self._read_json(f"{directory}/{name}")
                 decisions.append((int(m.group(1)), {int(p): h for p, h in doc["handles"].items()}))
+        seqs = [seq for seq, _ in decisions]
+        if len(seqs) != len(set(seqs)):
+            raise ConflictingWriters(
+                f"batch {batch_id} has two decisions with one sequence number in {directory}: "
+                "two queries ran on one checkpoint; which one to commit is not for the sink to "
+                "guess: inspect the directory, keep one decision file, and restart"
+            )
         state.decisions = [d for _, d in sorted(decisions, key=lambda x: x[0])]
         return state
 
     def forget(self, batch_id: int) -> None:
-        """Drop a batch's records (after its undecided attempts were aborted)."""
+        """Drop a batch's records. `done` goes last and the directory after it: a crash
+        inside leaves the batch done (collected again later) or without a decision (nothing
+        to commit); never a decision without `done`, which would be committed again."""
+        directory = self._dir(batch_id)
+        names = self._names(directory)
+        last = [n for n in ("done",) if n in names]
+        decisions = [n for n in names if _DECISION.match(n)]
+        for name in [n for n in names if n not in last and n not in decisions] + decisions + last:
+            try:
+                self.fs.delete_file(f"{directory}/{name}")
+            except FileNotFoundError:
+                pass
         try:
-            self.fs.delete_dir(self._dir(batch_id))
+            self.fs.delete_dir(directory)
         except FileNotFoundError:
             pass
 

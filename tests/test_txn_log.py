@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 
 import pyarrow.fs as pafs
 import pytest
 
-from sinks.txn_log import LOG_DIR, BatchState, TransactionLog
+from sinks.txn_log import LOG_DIR, BatchState, ConflictingWriters, TransactionLog
 
 
 @pytest.fixture
@@ -77,7 +78,9 @@ def test_same_partition_and_attempt_prepared_twice_keeps_both(txlog):
 
 def test_decision_record_round_trips_with_int_partitions(chk, txlog):
     txlog.record_decision(2, {0: {"a": 1}, 11: {"b": [1, 2]}})
-    with open(os.path.join(_batch_dir(chk, 2), "decision-0.json")) as f:
+    (name,) = [n for n in os.listdir(_batch_dir(chk, 2)) if n.startswith("decision-")]
+    assert re.fullmatch(r"decision-0-[0-9a-f]{12}\.json", name)  # sequence, then the writer
+    with open(os.path.join(_batch_dir(chk, 2), name)) as f:
         doc = json.load(f)
     assert doc == {"batch": 2, "handles": {"0": {"a": 1}, "11": {"b": [1, 2]}}}
     s = txlog.state(2)
@@ -91,7 +94,7 @@ def test_decisions_are_numbered_in_order(chk, txlog):
     txlog.record_decision(0, {1: {"v": 1}})
     txlog.record_decision(0, {0: {"v": 2}})
     names = sorted(n for n in os.listdir(_batch_dir(chk, 0)) if n.startswith("decision-"))
-    assert names == ["decision-0.json", "decision-1.json", "decision-2.json"]
+    assert [n.split("-")[1] for n in names] == ["0", "1", "2"]
 
 
 def test_decided_merges_later_decisions_over_earlier(txlog):
@@ -215,19 +218,96 @@ class _SpyFS:
         return getattr(self._real, name)
 
 
-def test_json_written_to_tmp_name_then_moved_into_place(chk, txlog):
-    spy = _SpyFS(txlog.fs)
-    txlog.fs = spy
+def test_local_record_written_to_tmp_name_then_linked_into_place(chk, txlog, monkeypatch):
+    linked = []
+    real_link = os.link
+    monkeypatch.setattr(os, "link", lambda src, dst: (linked.append((src, dst)), real_link(src, dst)))
     txlog.record_decision(8, {0: {"h": 1}})
-    opens = [e for e in spy.events if e[0] == "open"]
-    moves = [e for e in spy.events if e[0] == "move"]
-    assert len(opens) == 1 and len(moves) == 1
-    tmp = opens[0][1]
-    directory, base = tmp.rsplit("/", 1)
-    assert base.startswith(".tmp-")
-    assert directory == f"{txlog.root}/8"
-    assert moves[0] == ("move", tmp, f"{txlog.root}/8/decision-0.json", "absent")
+    ((tmp, final),) = linked
+    assert tmp.rsplit("/", 1)[1].startswith(".tmp-") and tmp.rsplit("/", 1)[0] == f"{txlog.root}/8"
+    assert final.startswith(f"{txlog.root}/8/decision-0-")
+    assert not [n for n in os.listdir(_batch_dir(chk, 8)) if n.startswith(".tmp-")]
     assert txlog.state(8).decided() == {0: {"h": 1}}
+
+
+def test_object_store_record_is_written_in_place_never_moved(chk, txlog):
+    """Object stores have no atomic rename (pyarrow's move is copy + delete); a PUT is atomic."""
+    spy = _SpyFS(txlog.fs)
+    spy.type_name = "s3"  # what an S3FileSystem says of itself
+    txlog.fs = spy
+    os.makedirs(_batch_dir(chk, 8))  # the local disk under the spy needs it; S3 would not
+    txlog.record_decision(8, {0: {"h": 1}})
+    assert [e[0] for e in spy.events] == ["open"]
+    assert spy.events[0][1].startswith(f"{txlog.root}/8/decision-0-")
+    assert txlog.state(8).decided() == {0: {"h": 1}}
+
+
+def test_an_exclusive_record_is_never_replaced(chk, txlog):
+    spy = _SpyFS(txlog.fs)
+    spy.type_name = "s3"
+    for fs in (txlog.fs, spy, pafs.SubTreeFileSystem("/", txlog.fs)):
+        txlog.fs = fs
+        path = f"{txlog.root}/3/x-{fs.type_name}"
+        txlog._write(path, b"first", exclusive=True)
+        with pytest.raises(FileExistsError):
+            txlog._write(path, b"second", exclusive=True)
+        with open(path, "rb") as f:
+            assert f.read() == b"first"
+
+
+def test_a_second_writer_of_the_same_decision_is_detected(chk, txlog):
+    """Two drivers on one checkpoint (two queries, or a zombie driver) both decide batch 4."""
+    rival = TransactionLog(chk)
+    rival._next_decision_seq = lambda directory: 0  # it counted before the first one wrote
+    txlog.record_decision(4, {0: {"h": "a"}})
+    with pytest.raises(ConflictingWriters, match="two writers"):
+        rival.record_decision(4, {0: {"h": "b"}})
+    with pytest.raises(ConflictingWriters, match="two queries"):
+        TransactionLog(chk).state(4)
+
+
+class _CrashingDeletes:
+    """A filesystem whose deletes remove files one by one, `done` first (as a recursive delete
+    may), and die after `budget` removals: a crash inside garbage collection."""
+
+    def __init__(self, real: pafs.FileSystem, budget: int) -> None:
+        self._real, self.budget = real, budget
+
+    def _spend(self) -> None:
+        if self.budget == 0:
+            raise KeyboardInterrupt("killed")
+        self.budget -= 1
+
+    def delete_file(self, path):
+        self._spend()
+        self._real.delete_file(path)
+
+    def delete_dir(self, path):
+        names = sorted(i.path for i in self._real.get_file_info(pafs.FileSelector(path)))
+        for p in sorted(names, key=lambda p: not p.endswith("/done")):
+            self._spend()
+            self._real.delete_file(p)
+        self._real.delete_dir(path)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+@pytest.mark.parametrize("budget", range(5))
+def test_a_crash_inside_garbage_collection_never_leaves_a_decided_batch_pending(chk, budget):
+    txlog = TransactionLog(chk)
+    txlog.record_prepared(0, 0, 0, {"h": 0})
+    txlog.record_prepared(0, 1, 0, {"h": 1})
+    txlog.record_decision(0, {0: {"h": 0}, 1: {"h": 1}})
+    txlog.record_committed(0, [0, 1])
+    txlog.record_done(0)
+    real = txlog.fs
+    txlog.fs = _CrashingDeletes(real, budget)
+    with pytest.raises(KeyboardInterrupt):
+        txlog.garbage_collect(1)
+    after = TransactionLog(chk)
+    for b in after.pending():  # what recovery would see
+        assert not after.state(b).decided(), f"budget {budget}: batch {b} decided but not done"
 
 
 def test_stray_tmp_file_is_ignored_by_state(chk, txlog):

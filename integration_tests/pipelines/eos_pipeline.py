@@ -4,7 +4,7 @@ checkpoint.
 
     python -m integration_tests.pipelines.eos_pipeline --bootstrap B --topic T --checkpoint C \\
         (--table PATH | --out-topic TOPIC | --pg-table NAME) [--mode drain|continuous] \\
-        [--master local[2,4]]
+        [--master local[2,4]] [--guarantee G] [--sink-option KEY=VALUE ...] [--no-daemon]
 
 `--pg-table` writes to PostgreSQL at the libpq URL in the environment variable EOS_PG_URL (an
 environment variable, not an argument: it holds a password, and argv is public).
@@ -32,6 +32,10 @@ ap.add_argument("--max-per-trigger", default="50")
 ap.add_argument("--poll-timeout-ms", default="20000")
 ap.add_argument("--guarantee", default="exactly-once")
 ap.add_argument("--transactional-id-prefix", default=None)
+ap.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
+                help="an extra option of the sink (repeatable)")
+ap.add_argument("--no-daemon", action="store_true",
+                help="spark.python.use.daemon=false: workers start as `python -m ...`")
 args = ap.parse_args()
 
 os.environ[PGID_ENV] = str(os.getpgrp())
@@ -41,6 +45,8 @@ conf = {
 }
 if os.environ.get(ENV):
     conf[f"spark.executorEnv.{ENV}"] = os.environ[ENV]
+if args.no_daemon:
+    conf["spark.python.use.daemon"] = "false"
 
 from connectors.testing import local_spark  # noqa: E402  (after the environment is set)
 
@@ -81,6 +87,9 @@ writer = (
     .option("deliveryGuarantee", args.guarantee)
     .option("commitTimeout", "60s")
 )
+for item in args.sink_option:
+    key, _, value = item.partition("=")
+    writer = writer.option(key, value)
 if args.mode == "drain":
     query = writer.trigger(availableNow=True).start()
 else:

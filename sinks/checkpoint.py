@@ -1,0 +1,73 @@
+"""What a sink reads of Spark's own checkpoint: the query's id and the batches Spark committed.
+
+A sink whose store records "batch N is in" (Delta's `txn` action) must key that record on
+something that changes when the checkpoint is reset: a new checkpoint on the same path starts
+again at batch 0, and a key derived from the path would make the new query skip every batch the
+old one wrote. Spark writes `<checkpointLocation>/metadata` (`{"id": "<uuid>"}`) when a query
+first starts on a checkpoint and keeps it across restarts (DESIGN.md section 10); delta-spark
+keys its streaming sink's `txn` on it too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.fs as pafs
+
+from connectors.paths import resolve
+from sinks.txn_log import LOG_DIR
+
+IDENTITY_FILE = "identity.json"
+
+
+def _read(fs: pafs.FileSystem, path: str) -> bytes | None:
+    try:
+        with fs.open_input_stream(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def query_id(checkpoint_location: str) -> str | None:
+    """The id Spark gave the query that owns this checkpoint, if it has started."""
+    loc = resolve("checkpointLocation", checkpoint_location)
+    raw = _read(loc.fs, f"{loc.path}/metadata")
+    return json.loads(raw.decode("utf-8")).get("id") if raw else None
+
+
+def last_committed_batch(checkpoint_location: str) -> int:
+    """The last batch Spark logged in `<checkpoint>/commits`; -1 if none."""
+    loc = resolve("checkpointLocation", checkpoint_location)
+    infos = loc.fs.get_file_info(pafs.FileSelector(f"{loc.path}/commits", allow_not_found=True))
+    return max((int(i.base_name) for i in infos if i.base_name.isdigit()), default=-1)
+
+
+def writer_identity(checkpoint_location: str, *, legacy: str) -> str:
+    """This checkpoint's writer identity, fixed at its first exactly-once start and recorded in
+    the transaction log: the query id for a new checkpoint; `legacy` (the path-derived id of
+    earlier versions) for a checkpoint that already has batches, so that upgrading never
+    changes the key under which the store recorded them."""
+    loc = resolve("checkpointLocation", checkpoint_location)
+    path = f"{loc.path}/{LOG_DIR}/{IDENTITY_FILE}"
+    raw = _read(loc.fs, path)
+    if raw:
+        return json.loads(raw.decode("utf-8"))["writer"]
+    if last_committed_batch(checkpoint_location) >= 0:
+        identity = legacy
+    else:
+        qid = query_id(checkpoint_location)
+        if qid is None:
+            raise RuntimeError(
+                f"no query id in {checkpoint_location}/metadata: the sink's checkpointLocation "
+                "must be the query's own checkpoint (Spark writes that file at query start)"
+            )
+        identity = qid
+    from sinks.txn_log import TransactionLog
+
+    try:
+        TransactionLog(checkpoint_location).write_record(
+            IDENTITY_FILE, json.dumps({"writer": identity}).encode("utf-8")
+        )
+    except FileExistsError:  # recorded concurrently: that one stands
+        return json.loads((_read(loc.fs, path) or b"{}").decode("utf-8"))["writer"]
+    return identity
