@@ -369,14 +369,22 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         handles = [m.handle for m in messages if isinstance(m, PreparedPartition) and m.handle]
-        if self.exactly_once and self._log().state(batchId).decisions:
+        if not self.exactly_once:
+            return
+        state = self._log().state(batchId)
+        if state.decisions:
             log.warning(
                 "%s: batch %d failed after its commit was decided; its handles are kept and "
                 "committed when the query restarts", self.sink.describe(), batchId,
             )
             return
-        if handles and self.exactly_once:
-            self.sink.abort(handles)
+        # Spark hands over only some tasks' messages when a batch fails: what the other tasks
+        # prepared is in the log, and would hold the store (locks, read_committed readers)
+        # until the next start otherwise.
+        known = {json.dumps(h, sort_keys=True) for h in handles}
+        handles += [h for h in state.undecided_handles() if json.dumps(h, sort_keys=True) not in known]
+        if handles:
+            self.sink.recoverAndAbort(batchId, handles)
 
     def _commit(
         self,

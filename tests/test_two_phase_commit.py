@@ -666,8 +666,19 @@ def test_abort_without_decision_aborts_the_handles(chk):
     store, writer = make(chk)
     messages = msgs(3, [0, 1]) + [PreparedPartition(3, 2, 0, None), None]
     writer.abort(messages, 3)
-    assert store.named("abort") == [("abort", [h(3, 0), h(3, 1)])]
+    assert store.named("recoverAndAbort") == [("recoverAndAbort", 3, [h(3, 0), h(3, 1)])]
     assert not store.named("commit", "recoverAndCommit")
+
+
+def test_abort_also_aborts_what_other_tasks_logged(chk):
+    """Spark's abort gets only some tasks' messages; a task that prepared and logged its
+    handle is aborted too, not left holding the store until the next start."""
+    txlog = TransactionLog(chk)
+    txlog.record_prepared(3, 0, 0, h(3, 0))
+    txlog.record_prepared(3, 2, 0, h(3, 2))
+    store, writer = make(chk)
+    writer.abort(msgs(3, [0]) + [None, None], 3)
+    assert store.named("recoverAndAbort") == [("recoverAndAbort", 3, [h(3, 0), h(3, 2)])]
 
 
 def test_abort_with_decision_keeps_the_handles(chk):
@@ -683,7 +694,7 @@ def test_abort_decision_of_another_batch_does_not_matter(chk):
     TransactionLog(chk).record_decision(2, {0: h(2, 0)})
     store, writer = make(chk)
     writer.abort(msgs(3, [0]), 3)
-    assert store.named("abort") == [("abort", [h(3, 0)])]
+    assert store.named("recoverAndAbort") == [("recoverAndAbort", 3, [h(3, 0)])]
 
 
 def test_abort_after_commit_timeout_keeps_the_decided_handles(chk):
@@ -703,7 +714,7 @@ def test_abort_with_nothing_to_abort_does_not_call_the_store(chk):
     store, writer = make(chk)
     writer.abort([PreparedPartition(1, 0, 0, None), None], 1)
     writer.abort([], 1)
-    assert not store.named("abort")
+    assert not store.named("abort", "recoverAndAbort")
 
 
 # --------------------------------------------------------------------------- 6. garbage collection
