@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 
 def start_pipeline(
@@ -53,3 +54,22 @@ def run_pipeline(
     rc = wait_exit(proc, log_path, timeout_s)
     if rc != 0:
         raise AssertionError(f"{module} exited with {rc}:\n{log_tail(log_path)}")
+
+
+def run_kill_sequence(
+    module: str, *args: str, log_path: str, points: list[str], first_batch: int = 1,
+    env: dict[str, str] | None = None, after_each_kill: Callable[[str, int], None] | None = None,
+) -> None:
+    """A crash matrix as one sequence on one checkpoint: run k is killed (SIGKILL of its
+    whole process group, from inside, by sinks/faults.py) at `points[k]` of batch
+    `first_batch + k`, and run k+1 starts by recovering it; a last run goes to the end.
+    One Spark start per row instead of two."""
+    from sinks.faults import ENV
+
+    for batch, point in enumerate(points, start=first_batch):
+        proc = start_pipeline(module, *args, log_path=log_path, env={**(env or {}), ENV: f"{point}@{batch}"})
+        rc = wait_exit(proc, log_path)
+        assert rc == -signal.SIGKILL, f"the fault at {point}@{batch} should have killed the run:\n{log_tail(log_path)}"
+        if after_each_kill is not None:
+            after_each_kill(point, batch)
+    run_pipeline(module, *args, log_path=log_path, env=env)

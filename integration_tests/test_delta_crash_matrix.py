@@ -28,6 +28,7 @@ from integration_tests.delta_oracle import (
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import (
     kill_group,
+    run_kill_sequence,
     log_tail,
     run_pipeline,
     start_pipeline,
@@ -73,18 +74,27 @@ def _verify(paths, expected) -> None:
     ), f"batches left pending in the transaction log: {leftover}"
 
 
+#: Batch k is killed at KILL_POINTS[k - 1]; the run after each kill recovers it.
 KILL_POINTS = ["task_write", "after_precommit", "after_decision", "after_store_commit", "after_commit"]
 
 
-@pytest.mark.parametrize("point", KILL_POINTS)
-def test_kill_at_protocol_point_then_restart(pipeline, point):
+@pytest.mark.parametrize("workers", ["daemon", "no-daemon"])
+def test_kill_at_every_protocol_point_then_restart(pipeline, workers):
+    """One kill point per batch, in one killed-and-restarted sequence; and all of it again
+    with spark.python.use.daemon=false, where workers start as `python -m ...` (the old
+    stack-walking role check then never recovered)."""
     args, paths, expected = pipeline
-    proc = start_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: f"{point}@2"})
-    rc = wait_exit(proc, paths["log"])
-    assert rc == -signal.SIGKILL, f"the fault at {point} should have killed the run:\n{log_tail(paths['log'])}"
-    assert len(table_records(paths["table"])) < len(expected)
+    if workers == "no-daemon":
+        args = [*args, "--no-daemon"]
 
-    run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    def nothing_twice(point: str, batch: int) -> None:
+        rows = _safe_records(paths["table"])
+        assert len({(p, o) for p, o, _, _ in rows}) == len(rows), f"a record twice after {point}@{batch}"
+        assert len(rows) < len(expected)
+
+    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=KILL_POINTS,
+                      after_each_kill=nothing_twice)
+    assert "without having recovered" not in log_tail(paths["log"], 10**8)
     _verify(paths, expected)
 
 

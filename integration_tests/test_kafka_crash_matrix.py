@@ -17,7 +17,14 @@ from confluent_kafka import KafkaException, Producer
 
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from connectors.testing.kafka_oracle import committed, read_partition
-from integration_tests.processes import kill_group, log_tail, run_pipeline, start_pipeline, wait_exit
+from integration_tests.processes import (
+    kill_group,
+    log_tail,
+    run_kill_sequence,
+    run_pipeline,
+    start_pipeline,
+    wait_exit,
+)
 from integration_tests.streaming import wait_for
 from sinks.faults import ENV
 
@@ -56,20 +63,31 @@ def _verify(bootstrap, paths, expected, out):
     assert not pending, f"batches left pending in the transaction log: {pending}"
 
 
+#: Batch k is killed at KILL_POINTS[k]; the run after each kill recovers it.
 KILL_POINTS = [
     "task_write", "after_precommit", "after_decision", "after_store_commit", "after_some_commits",
     "after_commit",
 ]
 
 
-@pytest.mark.parametrize("point", KILL_POINTS)
-def test_kill_at_protocol_point_then_restart(bootstrap, pipeline, point):
+@pytest.mark.parametrize("workers", ["daemon", "no-daemon"])
+def test_kill_at_every_protocol_point_then_restart(bootstrap, pipeline, workers):
+    """One kill point per batch, in one killed-and-restarted sequence; and all of it again
+    with spark.python.use.daemon=false, where workers start as `python -m ...` (the old
+    stack-walking role check then never recovered: a crash after a partition's EndTxn and
+    before its committed marker duplicated that partition)."""
     args, paths, expected, out = pipeline
-    proc = start_pipeline(PIPELINE, *args, log_path=paths["log"], env={ENV: f"{point}@2"})
-    rc = wait_exit(proc, paths["log"])
-    assert rc == -signal.SIGKILL, f"the fault at {point} should have killed the run:\n{log_tail(paths['log'])}"
-    assert len(committed(bootstrap, out)) < len(expected)
-    run_pipeline(PIPELINE, *args, log_path=paths["log"])
+    if workers == "no-daemon":
+        args = [*args, "--no-daemon"]
+
+    def nothing_twice(point: str, batch: int) -> None:
+        got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
+        assert not [k for k, n in got.items() if n > 1], f"a record twice after {point}@{batch}"
+        assert sum(got.values()) < len(expected)
+
+    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=KILL_POINTS,
+                      first_batch=0, after_each_kill=nothing_twice)
+    assert "without having recovered" not in log_tail(paths["log"], 10**8)
     _verify(bootstrap, paths, expected, out)
 
 
