@@ -90,7 +90,6 @@ def test_kill_at_every_protocol_point_then_restart(pipeline, workers):
     def nothing_twice(point: str, batch: int) -> None:
         rows = _safe_records(paths["table"])
         assert len({(p, o) for p, o, _, _ in rows}) == len(rows), f"a record twice after {point}@{batch}"
-        assert len(rows) < len(expected)
 
     run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=KILL_POINTS,
                       after_each_kill=nothing_twice)

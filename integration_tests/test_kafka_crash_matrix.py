@@ -83,7 +83,6 @@ def test_kill_at_every_protocol_point_then_restart(bootstrap, pipeline, workers)
     def nothing_twice(point: str, batch: int) -> None:
         got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
         assert not [k for k, n in got.items() if n > 1], f"a record twice after {point}@{batch}"
-        assert sum(got.values()) < len(expected)
 
     run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=KILL_POINTS,
                       first_batch=0, after_each_kill=nothing_twice)
