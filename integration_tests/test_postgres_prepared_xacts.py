@@ -18,6 +18,7 @@ import pytest
 
 from connectors.options import Options
 from connectors.testing.postgres import postgres_server, prepared_transactions, query
+from connectors.testing.task_context import task  # noqa: F401  (a fixture)
 from sinks.postgres import FORMAT_NAME, PostgresOptions, PostgresSink, make_gid
 from sinks.two_phase_commit import PreparedPartition, SinkSettings, TaskInfo, TwoPhaseCommitWriter
 from sinks.txn_log import TransactionLog
@@ -62,34 +63,6 @@ def roll_back(server, wanted: set[str]) -> None:
 
 def keys_in(server, table: str) -> list[int]:
     return sorted(k for (k,) in query(server, f"SELECT k FROM {table}"))
-
-
-class FakeTaskContext:
-    """What the template's write() asks of pyspark.TaskContext."""
-
-    def __init__(self, batch: int, partition: int, attempt: int) -> None:
-        self.batch, self.partition, self.attempt = batch, partition, attempt
-
-    def getLocalProperty(self, key: str) -> str | None:
-        return str(self.batch) if key == "streaming.sql.batchId" else None
-
-    def partitionId(self) -> int:
-        return self.partition
-
-    def attemptNumber(self) -> int:
-        return self.attempt
-
-
-@pytest.fixture
-def task(monkeypatch):
-    """task(batch, partition, attempt): the TaskContext the next write() sees."""
-    import pyspark
-
-    def set_task(batch: int, partition: int, attempt: int = 0) -> None:
-        ctx = FakeTaskContext(batch, partition, attempt)
-        monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: ctx))
-
-    return set_task
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import json
 import pyarrow.fs as pafs
 
 from connectors.paths import resolve
-from sinks.txn_log import LOG_DIR
+from sinks.txn_log import LOG_DIR, TransactionLog
 
 IDENTITY_FILE = "identity.json"
 
@@ -62,8 +62,6 @@ def writer_identity(checkpoint_location: str, *, legacy: str) -> str:
                 "must be the query's own checkpoint (Spark writes that file at query start)"
             )
         identity = qid
-    from sinks.txn_log import TransactionLog
-
     try:
         TransactionLog(checkpoint_location).write_record(
             IDENTITY_FILE, json.dumps({"writer": identity}).encode("utf-8")

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from connectors.options import OptionError, Options
+from connectors.testing.task_context import task  # noqa: F401  (a fixture)
 from sinks import faults
 from sinks.two_phase_commit import (
     AT_LEAST_ONCE,
@@ -775,31 +776,6 @@ def test_at_least_once_without_checkpoint_commit_works(tmp_path):
 
 
 # --------------------------------------------------------------------------- write() (task side)
-
-
-class _FakeTaskContext:
-    def __init__(self, batch: int, partition: int, attempt: int) -> None:
-        self._batch, self._partition, self._attempt = batch, partition, attempt
-
-    def getLocalProperty(self, key: str):
-        return str(self._batch) if key == "streaming.sql.batchId" else None
-
-    def partitionId(self) -> int:
-        return self._partition
-
-    def attemptNumber(self) -> int:
-        return self._attempt
-
-
-@pytest.fixture
-def task(monkeypatch):
-    import pyspark
-
-    def set_task(batch: int, partition: int, attempt: int = 0) -> None:
-        ctx = _FakeTaskContext(batch, partition, attempt)
-        monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: ctx))
-
-    return set_task
 
 
 def _batches(*sizes: int) -> list[pa.RecordBatch]:
