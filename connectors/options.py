@@ -8,9 +8,10 @@ never echo the value of a secret.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: Substrings of librdkafka property names whose values must never be logged or shown.
@@ -117,6 +118,25 @@ class Options:
             return json.loads(value)
         except json.JSONDecodeError as e:
             raise OptionError(name, f"is not valid JSON ({e.msg} at position {e.pos})") from None
+
+    def reject_unknown(
+        self, known: Iterable[str], *, prefixes: Iterable[str] = (), format_name: str
+    ) -> None:
+        """Fail on the first option that is neither in `known` nor under one of `prefixes`,
+        suggesting the closest known name: a misspelt option must not be silently ignored."""
+        by_lower = {k.lower(): k for k in known}
+        lowered = tuple(p.lower() for p in prefixes)
+        for key in sorted(self._raw):
+            if key in by_lower or (lowered and key.startswith(lowered)) or key == "path":
+                continue
+            close = difflib.get_close_matches(key, list(by_lower), n=1, cutoff=0.6)
+            hint = f"; did you mean '{by_lower[close[0]]}'?" if close else ""
+            scopes = ", ".join(f"'{p}*'" for p in prefixes)
+            raise OptionError(
+                key,
+                f"is not an option of {format_name}{hint} (known: {', '.join(sorted(by_lower.values()))}"
+                + (f", and anything under {scopes}" if scopes else "") + ")",
+            )
 
     def with_prefix(self, prefix: str) -> dict[str, str]:
         """Options under `prefix` with the prefix removed (e.g. `kafka.` -> librdkafka)."""

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from connectors.kafka_txn import (
+from sinks.kafka_commit import (
     OutcomeUnreadable,
     PreparedTxn,
     TransientTxnError,

@@ -5,7 +5,7 @@ is `<transactionalIdPrefix>-<partition>-<attempt>` (deterministic, so the next t
 partition and attempt fences what a crashed one left open; per attempt, so a speculative copy
 never fences the accepted attempt), flushes it, and hands the driver (transactional id, producer
 id, epoch) without committing. The driver ends the transaction with EndTxn
-(connectors/kafka_txn.py) once Spark says the batch is complete; when the coordinator refuses,
+(sinks/kafka_commit.py) once Spark says the batch is complete; when the coordinator refuses,
 the output's control markers settle whether it had been committed. The commit protocol is the
 template's.
 """
@@ -37,7 +37,7 @@ from connectors.kafka_client import (
     is_transient,
     librdkafka_conf,
 )
-from connectors.kafka_txn import (
+from sinks.kafka_commit import (
     ABORTED,
     COMMITTED,
     OPEN,

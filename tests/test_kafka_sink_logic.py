@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from connectors import kafka_txn
-from connectors.kafka_txn import (
+from sinks import kafka_commit as kafka_txn
+from sinks.kafka_commit import (
     ABORTED,
     COMMITTED,
     OPEN,
