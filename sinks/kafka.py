@@ -401,7 +401,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         self.scan_from = {}
         if self.options.topic:
             try:
-                self.scan_from = end_offsets(self.options.bootstrap_servers, [self.options.topic])
+                self.scan_from = end_offsets(self.options.kafka_conf, [self.options.topic])
             except (TransientTxnError, TxnRequestError) as e:
                 log.warning("%s: end offsets of %s not read (%s); a commit in doubt would be "
                             "settled from the log start", self.describe(), self.options.topic, e)
@@ -528,7 +528,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
 
     def _commit_one(self, batch_id: int, partition: int, h: Handle) -> None:
         try:
-            end_transaction(self.options.bootstrap_servers, _prepared(h), commit=True)
+            end_transaction(self.options.kafka_conf, _prepared(h), commit=True)
             return
         except TxnAuthorizationError as e:
             raise self._acl_error(e, h) from e
@@ -546,7 +546,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         still open. A committed transaction is never taken for lost; nothing is guessed."""
         txn = _prepared(h)
         try:
-            outcome = transaction_outcome(self.options.bootstrap_servers, txn, _scan_starts(h))
+            outcome = transaction_outcome(self.options.kafka_conf, txn, _scan_starts(h))
         except TransientTxnError:
             raise refusal from None  # the output cannot be read now: the refusal stands
         except OutcomeUnreadable as e:
@@ -597,7 +597,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             if "transactional_id" not in h:
                 continue
             try:
-                end_transaction(self.options.bootstrap_servers, _prepared(h), commit=False)
+                end_transaction(self.options.kafka_conf, _prepared(h), commit=False)
             except TxnAuthorizationError as e:
                 raise self._acl_error(e, h) from e
             except TransactionFenced:
@@ -624,7 +624,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             for attempt in range(int(note["attempt"]), -1, -1):
                 tid = transactional_id(note["prefix"], int(note["partition"]), attempt)
                 try:
-                    fence_transactional_id(self.options.bootstrap_servers, tid, timeout_ms)
+                    fence_transactional_id(self.options.kafka_conf, tid, timeout_ms)
                 except TxnAuthorizationError as e:
                     raise self._acl_error(e) from e
                 except (TransientTxnError, TxnRequestError) as e:

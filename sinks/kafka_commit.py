@@ -220,11 +220,15 @@ def _split(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _bootstrap_call(bootstrap_servers: str, request_factory, response_cls, version: int,
+def _servers(cluster) -> str:
+    return cluster if isinstance(cluster, str) else cluster["bootstrap.servers"]
+
+
+def _bootstrap_call(bootstrap_servers, request_factory, response_cls, version: int,
                     timeout_s: float):
     """The first bootstrap server's answer; transient if none answers."""
     last: Exception | None = None
-    for address in bootstrap_servers.split(","):
+    for address in _servers(bootstrap_servers).split(","):
         host, port = _split(address)
         try:
             return _call(host, port, request_factory(), response_cls, version, timeout_s)
