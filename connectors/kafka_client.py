@@ -5,9 +5,10 @@ metadata look-ups and the retry policy for transient broker errors.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
@@ -18,6 +19,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from connectors.kafka_security import connection_hint, protocol_of, translate
 from connectors.options import OptionError, Options
 
 log = logging.getLogger(__name__)
@@ -66,8 +68,9 @@ def with_retries(
 
 
 def librdkafka_conf(options: Options) -> dict[str, str]:
-    """Every `kafka.*` option, prefix removed, for librdkafka; bootstrap servers required."""
-    conf = options.with_prefix("kafka.")
+    """Every `kafka.*` option, prefix removed, in librdkafka's names (Java client names
+    translated, connectors/kafka_security.py); bootstrap servers required."""
+    conf = translate(options.with_prefix("kafka."))
     if not conf.get("bootstrap.servers", "").strip():
         raise OptionError(
             "kafka.bootstrap.servers",
@@ -94,11 +97,52 @@ def consumer_conf(base: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
+class ClusterConnectionError(ConnectionError):
+    """The cluster refused our connection (TLS or SASL) or never answered: the message names
+    the options to check, never their values."""
+
+
+#: librdkafka errors that say the security settings are wrong, not that the broker is busy.
+_REFUSALS = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
+
+
+def _refusal(error: KafkaError) -> bool:
+    if error.code() in _REFUSALS:
+        return True
+    # librdkafka's own diagnosis of a plaintext client at a TLS listener
+    return error.code() == KafkaError._TRANSPORT and "security.protocol" in error.str()
+
+
+def _connected_consumer(conf: Mapping[str, str], timeout_s: float) -> Consumer:
+    """A consumer whose first metadata round trip succeeded. Wrong credentials, an untrusted
+    certificate or the wrong protocol raise ClusterConnectionError within a second or two
+    (librdkafka would otherwise retry them quietly until every look-up times out)."""
+    errors: list[KafkaError] = []
+    settings: dict[str, Any] = consumer_conf(conf)
+    settings["error_cb"] = errors.append
+    settings.setdefault("log_level", 0)  # what matters is raised below, once
+    consumer = Consumer(settings)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            consumer.list_topics(timeout=0.5)
+            return consumer
+        except KafkaException as e:
+            refused = [err for err in errors if _refusal(err)]
+            if refused or time.monotonic() > deadline:
+                consumer.close()
+                detail = (refused or errors or [e.args[0]])[-1]
+                text = detail.str() if isinstance(detail, KafkaError) else str(detail)
+                raise ClusterConnectionError(
+                    f"cannot use the Kafka cluster at {conf.get('bootstrap.servers')} "
+                    f"({protocol_of(conf)}): {text}. {connection_hint(conf, text)}") from None
+
+
 class KafkaMetadata:
     """Driver-side look-ups (topics, watermarks, offsets by time) with bounded retries."""
 
     def __init__(self, base_conf: Mapping[str, str], *, timeout_s: float = 10.0, attempts: int = 5):
-        self._consumer = Consumer(consumer_conf(base_conf))
+        self._consumer = _connected_consumer(base_conf, timeout_s)
         self._timeout = timeout_s
         self._attempts = attempts
 

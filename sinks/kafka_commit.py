@@ -5,8 +5,11 @@ A task's transactional producer flushes its transaction and goes away without co
 driver later ends it with the two raw requests Flink's Kafka sink uses: FindCoordinator (key
 type 1, the transaction coordinator of the transactional id) and EndTxn(transactional id,
 producer id, epoch, committed). Every message is encoded and decoded by kafka-python's protocol
-layer, and every error code is named by `kafka.errors`; the transport is one short-lived socket
-per request.
+layer, and every error code is named by `kafka.errors`. The transport is kafka-python's client
+and connection layer (`CommitClient`), configured from the sink's own `kafka.*` options
+(connectors/kafka_security.py), so the commit speaks the cluster's TLS and SASL as the tasks'
+producers do; a cluster that refuses it (credentials, certificate, protocol) raises
+`ClusterRefused`, naming the options to check.
 
 What an EndTxn error means (`classify`):
 * retriable (the coordinator moved or is loading, a concurrent EndTxn, ...): retry;
@@ -22,28 +25,25 @@ What an EndTxn error means (`classify`):
 
 from __future__ import annotations
 
-import socket
+import logging
+import ssl
 import struct
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import kafka.errors as kafka_errors
-from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
-from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata.find_coordinator import (
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-)
-from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
-from kafka.protocol.producer.transaction import (
-    EndTxnRequest,
-    EndTxnResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-)
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
+from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
 from kafka.record.memory_records import MemoryRecords
+
+from connectors.kafka_security import connection_hint, kafka_python_config
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -184,85 +184,182 @@ class PreparedTxn:
 
 # -- transport ------------------------------------------------------------------------------
 
-
-def _call(host: str, port: int, request, response_cls, version: int, timeout_s: float):
-    request.with_header(correlation_id=1, client_id="kafka-eos-driver")
-    payload = request.encode(version=version, header=True, framed=True)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(payload)
-            size = struct.unpack(">i", _read_exactly(sock, 4))[0]
-            body = _read_exactly(sock, size)
-    except _ClosedByBroker as e:
-        raise TransientTxnError(f"{request.name} to {host}:{port} failed: {e}",
-                                closed_by_broker=True) from e
-    except (OSError, struct.error) as e:
-        raise TransientTxnError(f"{request.name} to {host}:{port} failed: {e}") from e
-    return response_cls.decode(body, version=version, header=True)
+#: The cluster: the sink's librdkafka configuration (its `kafka.*` options), or bare bootstrap
+#: servers for a plaintext cluster.
+Cluster = Mapping[str, str] | str
 
 
-class _ClosedByBroker(ConnectionError):
-    pass
+class ClusterRefused(TxnRequestError):
+    """The cluster refused the connection itself (TLS or SASL): retrying will not help; the
+    message names the options to fix and never their values."""
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise _ClosedByBroker("connection closed by the broker")
-        buf += chunk
-    return bytes(buf)
+class CommitClient:
+    """kafka-python's client and connection layer, configured from the sink's `kafka.*`
+    options: the same TLS and SASL as the tasks' producers. One per configuration and
+    process, its connections kept between batches, so a commit costs its requests and not a
+    TLS and SASL handshake each."""
 
+    def __init__(self, conf: Mapping[str, str]) -> None:
+        self.conf = dict(conf)
+        self._config = kafka_python_config(self.conf)
+        self._lock = threading.RLock()
+        self._client: KafkaNetClient | None = None
 
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.strip().rpartition(":")
-    return host.strip("[]"), int(port)
+    def __repr__(self) -> str:  # the configuration holds secrets
+        return f"CommitClient({self.conf.get('bootstrap.servers')!r}, " \
+               f"{self._config['security_protocol']})"
 
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
-def _servers(cluster) -> str:
-    return cluster if isinstance(cluster, str) else cluster["bootstrap.servers"]
+    def _net(self, timeout_s: float) -> KafkaNetClient:
+        if self._client is None:
+            self._client = KafkaNetClient(
+                **self._config,
+                request_timeout_ms=int(timeout_s * 1000),
+                socket_connection_setup_timeout_ms=int(timeout_s * 1000),
+                reconnect_backoff_ms=50, reconnect_backoff_max_ms=1000,
+            )
+        return self._client
 
+    def _refused(self, exc: BaseException, where: str) -> ClusterRefused:
+        detail = f"{type(exc).__name__}: {exc}"
+        return ClusterRefused(
+            f"the Kafka cluster at {where} refused the exactly-once sink's commit client "
+            f"({self._config['security_protocol']}): {detail}. "
+            f"{connection_hint(self.conf, detail)}")
 
-def _bootstrap_call(bootstrap_servers, request_factory, response_cls, version: int,
-                    timeout_s: float):
-    """The first bootstrap server's answer; transient if none answers."""
-    last: Exception | None = None
-    for address in _servers(bootstrap_servers).split(","):
-        host, port = _split(address)
+    def _ready(self, client: KafkaNetClient, node_id, timeout_s: float) -> None:
+        """Connect (TLS, SASL) to `node_id`, raising what went wrong instead of 'not ready'."""
+        where = self._address(client, node_id)
+        manager = client._manager  # the public await_ready() hides why a connection failed
         try:
-            return _call(host, port, request_factory(), response_cls, version, timeout_s)
-        except TransientTxnError as e:
-            last = e
-    raise TransientTxnError(f"no bootstrap server answered: {last}")
+            manager.maybe_raise_auth_failure(node_id)
+            conn = manager.get_connection(node_id)
+        except kafka_errors.NodeNotReadyError:
+            manager.reset_backoff(node_id)
+            conn = manager.get_connection(node_id)
+        except (kafka_errors.SaslAuthenticationFailedError,
+                kafka_errors.UnsupportedSaslMechanismError) as e:
+            raise self._refused(e, where) from None
+        if not conn.init_future.is_done:
+            client._net.poll(timeout_ms=int(timeout_s * 1000), future=conn.init_future)
+        if conn.init_future.failed():
+            error = conn.init_future.exception
+            if _is_refusal(error):
+                raise self._refused(error, where) from None
+            raise TransientTxnError(f"cannot connect to {where}: {error}")
+        if not conn.init_future.is_done:
+            raise TransientTxnError(f"no connection to {where} after {timeout_s:.0f} s")
+
+    @staticmethod
+    def _address(client: KafkaNetClient, node_id) -> str:
+        node = client.cluster.broker_metadata(node_id)
+        return f"{node.host}:{node.port}" if node is not None else str(node_id)
+
+    def call(self, request, node_id=None, *, timeout_s: float = 10.0):
+        """The answer to `request` from `node_id` (None: any bootstrap server)."""
+        with self._lock:
+            client = self._net(timeout_s)
+            if node_id is None:
+                node_id = client.least_loaded_node(bootstrap_fallback=True)
+            self._ready(client, node_id, timeout_s)
+            where = self._address(client, node_id)
+            future = client.send(node_id, request)
+            client.poll(timeout_ms=int(timeout_s * 1000), future=future)
+            if future.succeeded():
+                return future.value
+            if future.failed():
+                error = future.exception
+                if _is_refusal(error):
+                    raise self._refused(error, where)
+                # the request went out and the broker hung up instead of answering
+                closed = isinstance(error, kafka_errors.KafkaConnectionError)
+                raise TransientTxnError(f"{request.name} to {where} failed: {error}",
+                                        closed_by_broker=closed)
+            raise TransientTxnError(f"{request.name} to {where}: no answer in {timeout_s:.0f} s")
+
+    def coordinator(self, response, transactional_id: str):
+        """The node id of a FindCoordinator answer, known to the client from now on."""
+        with self._lock:
+            return self._net(10.0).cluster.add_coordinator(
+                response, "transaction", transactional_id, synthesize_node_id=False)
+
+    def learn_brokers(self, response) -> None:
+        with self._lock:
+            self._net(10.0).cluster.update_metadata(response)
+
+
+def _is_refusal(error: BaseException | None) -> bool:
+    return isinstance(error, (ssl.SSLError, kafka_errors.SaslAuthenticationFailedError,
+                              kafka_errors.UnsupportedSaslMechanismError,
+                              kafka_errors.IllegalSaslStateError))
+
+
+# kafka-python logs every dropped connection as an ERROR; Tansu drops one for each refused
+# EndTxn, and what matters reaches the sink's own log as the exception it raises.
+for _name in ("kafka.net.transport", "kafka.net.connection", "kafka.net.manager"):
+    logging.getLogger(_name).setLevel(logging.CRITICAL)
+
+_CLIENTS: dict[tuple, CommitClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def commit_client(cluster: Cluster) -> CommitClient:
+    """This process's client for `cluster`; options are checked (and refused) on first use."""
+    conf = {"bootstrap.servers": cluster} if isinstance(cluster, str) else dict(cluster)
+    key = tuple(sorted(conf.items()))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = CommitClient(conf)
+        return client
+
+
+def close_commit_clients() -> None:
+    with _CLIENTS_LOCK:
+        clients = list(_CLIENTS.values())
+        _CLIENTS.clear()
+    for client in clients:
+        client.close()
+
+
+def check_cluster(cluster: Cluster, timeout_s: float = 10.0) -> None:
+    """Connect and authenticate now, so that wrong credentials, an untrusted certificate or the
+    wrong protocol fail the query at its start, naming the option, within seconds."""
+    commit_client(cluster).call(
+        MetadataRequest(topics=[], allow_auto_topic_creation=False, version=4),
+        timeout_s=timeout_s)
 
 
 # -- ending a transaction -------------------------------------------------------------------
 
 
 def find_transaction_coordinator(
-    bootstrap_servers: str, transactional_id: str, timeout_s: float = 10.0
-) -> tuple[str, int]:
-    r = _bootstrap_call(
-        bootstrap_servers,
-        lambda: FindCoordinatorRequest(key=transactional_id, key_type=1, version=1),
-        FindCoordinatorResponse, 1, timeout_s,
-    )
+    cluster: Cluster, transactional_id: str, timeout_s: float = 10.0
+):
+    """The coordinator's node id (known to the commit client from then on)."""
+    client = commit_client(cluster)
+    r = client.call(FindCoordinatorRequest(key=transactional_id, key_type=1, version=1),
+                    timeout_s=timeout_s)
     error = txn_error(r.error_code, f"FindCoordinator({transactional_id})")
     if error is not None:
         raise error
-    return r.host, r.port
+    return client.coordinator(r, transactional_id)
 
 
 def end_transaction(
-    bootstrap_servers: str, txn: PreparedTxn, *, commit: bool, timeout_s: float = 10.0
+    cluster: Cluster, txn: PreparedTxn, *, commit: bool, timeout_s: float = 10.0
 ) -> None:
     """EndTxn at the coordinator. Idempotent: ending a completed transaction again with the same
     epoch returns no error. Raises TransientTxnError, or a TxnRequestError: TxnRefused (settle
     from the output), TxnAuthorizationError, or another definite error named by Kafka."""
-    host, port = find_transaction_coordinator(bootstrap_servers, txn.transactional_id, timeout_s)
-    r = _call(
-        host, port,
+    node = find_transaction_coordinator(cluster, txn.transactional_id, timeout_s)
+    r = commit_client(cluster).call(
         EndTxnRequest(
             transactional_id=txn.transactional_id,
             producer_id=txn.producer_id,
@@ -270,7 +367,7 @@ def end_transaction(
             committed=commit,
             version=1,
         ),
-        EndTxnResponse, 1, timeout_s,
+        node, timeout_s=timeout_s,
     )
     what = (f"EndTxn({'commit' if commit else 'abort'}) of {txn.transactional_id} "
             f"(producer id {txn.producer_id}, epoch {txn.producer_epoch})")
@@ -280,7 +377,7 @@ def end_transaction(
 
 
 def fence_transactional_id(
-    bootstrap_servers: str, transactional_id: str, transaction_timeout_ms: int,
+    cluster: Cluster, transactional_id: str, transaction_timeout_ms: int,
     *, timeout_s: float = 10.0, deadline_s: float = 30.0,
 ) -> None:
     """InitProducerId for `transactional_id`, as a new producer's `init_transactions` does: the
@@ -290,14 +387,12 @@ def fence_transactional_id(
     deadline = time.monotonic() + deadline_s
     while True:
         try:
-            host, port = find_transaction_coordinator(
-                bootstrap_servers, transactional_id, timeout_s)
-            r = _call(
-                host, port,
+            node = find_transaction_coordinator(cluster, transactional_id, timeout_s)
+            r = commit_client(cluster).call(
                 InitProducerIdRequest(transactional_id=transactional_id,
                                       transaction_timeout_ms=transaction_timeout_ms,
                                       producer_id=-1, producer_epoch=-1, version=3),
-                InitProducerIdResponse, 3, timeout_s,
+                node, timeout_s=timeout_s,
             )
             error = txn_error(r.error_code, f"InitProducerId({transactional_id})")
             if error is None:
@@ -316,41 +411,42 @@ TopicPartition = tuple[str, int]
 
 
 def partition_leaders(
-    bootstrap_servers: str, topics: Iterable[str], timeout_s: float = 10.0
-) -> dict[TopicPartition, tuple[str, int]]:
-    """(topic, partition) -> the leader's (host, port), for the topics the broker knows."""
+    cluster: Cluster, topics: Iterable[str], timeout_s: float = 10.0
+) -> dict[TopicPartition, int]:
+    """(topic, partition) -> the leader's node id, for the topics the broker knows."""
     wanted = sorted(set(topics))
-    r = _bootstrap_call(
-        bootstrap_servers,
-        lambda: MetadataRequest(
+    client = commit_client(cluster)
+    r = client.call(
+        MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in wanted],
             allow_auto_topic_creation=False, version=4,
         ),
-        MetadataResponse, 4, timeout_s,
+        timeout_s=timeout_s,
     )
-    brokers = {b.node_id: (b.host, b.port) for b in r.brokers}
-    leaders: dict[TopicPartition, tuple[str, int]] = {}
+    client.learn_brokers(r)
+    brokers = {b.node_id for b in r.brokers}
+    leaders: dict[TopicPartition, int] = {}
     for t in r.topics:
         error = txn_error(t.error_code, f"Metadata({t.name})")
         if isinstance(error, TxnAuthorizationError):
             raise error
         for p in t.partitions:
             if p.error_code == NONE and p.leader_id in brokers:
-                leaders[(t.name, p.partition_index)] = brokers[p.leader_id]
+                leaders[(t.name, p.partition_index)] = p.leader_id
     return leaders
 
 
 def end_offsets(
-    bootstrap_servers: str, topics: Iterable[str], timeout_s: float = 10.0
+    cluster: Cluster, topics: Iterable[str], timeout_s: float = 10.0
 ) -> dict[TopicPartition, int]:
     """The latest offset of every partition of `topics` (read_uncommitted): any record
     produced after this call lies at or above it. One Metadata request, then one ListOffsets
     per leader."""
-    by_leader: dict[tuple[str, int], list[TopicPartition]] = defaultdict(list)
-    for tp, leader in partition_leaders(bootstrap_servers, topics, timeout_s).items():
+    by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+    for tp, leader in partition_leaders(cluster, topics, timeout_s).items():
         by_leader[leader].append(tp)
     out: dict[TopicPartition, int] = {}
-    for (host, port), tps in by_leader.items():
+    for node, tps in by_leader.items():
         by_topic: dict[str, list[int]] = defaultdict(list)
         for t, p in tps:
             by_topic[t].append(p)
@@ -362,7 +458,7 @@ def end_offsets(
                 for p in ps
             ]) for t, ps in by_topic.items()],
         )
-        r = _call(host, port, request, ListOffsetsResponse, 2, timeout_s)
+        r = commit_client(cluster).call(request, node, timeout_s=timeout_s)
         for t in r.topics:
             for p in t.partitions:
                 if p.error_code == NONE and p.offset >= 0:
@@ -373,7 +469,7 @@ def end_offsets(
 FETCH_VERSION = 5  # record batches v2, isolation level, log start offset
 
 
-def _fetch(host: str, port: int, tp: TopicPartition, offset: int, timeout_s: float):
+def _fetch(cluster: Cluster, node: int, tp: TopicPartition, offset: int, timeout_s: float):
     request = FetchRequest(
         replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=8 << 20, isolation_level=0,
         topics=[FetchRequest.FetchTopic(topic=tp[0], partitions=[
@@ -382,7 +478,7 @@ def _fetch(host: str, port: int, tp: TopicPartition, offset: int, timeout_s: flo
         ])],
         version=FETCH_VERSION,
     )
-    response = _call(host, port, request, FetchResponse, FETCH_VERSION, timeout_s)
+    response = commit_client(cluster).call(request, node, timeout_s=timeout_s)
     return response.responses[0].partitions[0]
 
 
@@ -393,7 +489,7 @@ def _unreadable(txn: PreparedTxn, tp: TopicPartition, start: int, why: str) -> O
     )
 
 
-def _earliest_offset(host: str, port: int, tp: TopicPartition, timeout_s: float) -> int:
+def _earliest_offset(cluster: Cluster, node: int, tp: TopicPartition, timeout_s: float) -> int:
     request = ListOffsetsRequest(
         replica_id=-1, isolation_level=0, version=2,
         topics=[ListOffsetsRequest.ListOffsetsTopic(name=tp[0], partitions=[
@@ -401,7 +497,8 @@ def _earliest_offset(host: str, port: int, tp: TopicPartition, timeout_s: float)
                 partition_index=tp[1], timestamp=-2)
         ])],
     )
-    part = _call(host, port, request, ListOffsetsResponse, 2, timeout_s).topics[0].partitions[0]
+    response = commit_client(cluster).call(request, node, timeout_s=timeout_s)
+    part = response.topics[0].partitions[0]
     error = txn_error(part.error_code, f"ListOffsets({tp[0]}-{tp[1]}, earliest)")
     if error is not None:
         raise error
@@ -409,7 +506,7 @@ def _earliest_offset(host: str, port: int, tp: TopicPartition, timeout_s: float)
 
 
 def partition_outcome(
-    host: str, port: int, tp: TopicPartition, start: int | None, txn: PreparedTxn,
+    cluster: Cluster, node: int, tp: TopicPartition, start: int | None, txn: PreparedTxn,
     timeout_s: float = 10.0,
 ) -> str:
     """COMMITTED, ABORTED or OPEN: the control marker of the transaction's producer id that
@@ -418,10 +515,10 @@ def partition_outcome(
     record (None: the log start). Raises OutcomeUnreadable if the records are not (or no
     longer) there."""
     if start is None:
-        start = _earliest_offset(host, port, tp, timeout_s)
+        start = _earliest_offset(cluster, node, tp, timeout_s)
     offset, found = start, False
     while True:
-        part = _fetch(host, port, tp, offset, timeout_s)
+        part = _fetch(cluster, node, tp, offset, timeout_s)
         if part.error_code == OFFSET_OUT_OF_RANGE or 0 <= offset < part.log_start_offset:
             raise _unreadable(txn, tp, start, f"gone (the log now starts at offset "
                                                f"{part.log_start_offset}: retention deleted them?)")
@@ -447,7 +544,7 @@ def partition_outcome(
 
 
 def transaction_outcome(
-    bootstrap_servers: str,
+    cluster: Cluster,
     txn: PreparedTxn,
     starts: dict[TopicPartition, int | None],
     timeout_s: float = 10.0,
@@ -458,16 +555,15 @@ def transaction_outcome(
     partition it wrote to an offset at or below its first record there (None: read from the
     log start). Raises OutcomeUnreadable if no partition can tell, TransientTxnError if the
     broker cannot be read now."""
-    leaders = partition_leaders(bootstrap_servers, {t for t, _ in starts}, timeout_s)
+    leaders = partition_leaders(cluster, {t for t, _ in starts}, timeout_s)
     outcomes: list[str] = []
     unreadable: list[str] = []
     for tp, start in sorted(starts.items()):
         if tp not in leaders:
             unreadable.append(f"{tp[0]}-{tp[1]}: the partition has no leader or does not exist")
             continue
-        host, port = leaders[tp]
         try:
-            outcome = partition_outcome(host, port, tp, start, txn, timeout_s)
+            outcome = partition_outcome(cluster, leaders[tp], tp, start, txn, timeout_s)
         except OutcomeUnreadable as e:
             unreadable.append(str(e))
             continue
