@@ -155,6 +155,20 @@ def _callbacks(current, *, statistics: bool) -> dict[str, Any]:
 #: How often a transactional producer reports statistics (preCommit waits for one).
 STATS_INTERVAL_MS = 20
 
+#: The producers' partitioner unless `kafka.partitioner` is set: librdkafka's Java-compatible
+#: one. A keyed record goes to toPositive(murmur2(key)) % partitions, where Spark's Kafka sink
+#: (the Java producer) puts it; librdkafka's own default, consistent_random (CRC32), would not.
+#: Records without a key go to a random partition, as with Java's sticky partitioner.
+DEFAULT_PARTITIONER = "murmur2_random"
+
+
+def producer_conf(kafka_conf: dict[str, str]) -> dict[str, Any]:
+    """What every producer of the sink starts from: the user's `kafka.*` options, with the
+    Java client's partitioner unless the user chose one."""
+    conf: dict[str, Any] = dict(kafka_conf)
+    conf.setdefault("partitioner", DEFAULT_PARTITIONER)
+    return conf
+
 
 @dataclass
 class _Shared:
@@ -175,7 +189,7 @@ def _shared_producer(kafka_conf: dict[str, str], guarantee: str, txn: KafkaTxn) 
     shared = _SHARED.get(key)
     if shared is None:
         holder: list[KafkaTxn] = [txn]
-        conf: dict[str, Any] = dict(kafka_conf)
+        conf = producer_conf(kafka_conf)
         # No statistics: the producer outlives its tasks, and undelivered statistics would pile
         # up in its queue between them. Nothing but a flush is needed before its handle.
         conf.update(_callbacks(lambda: holder[0], statistics=False))
@@ -422,7 +436,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         if context.attempt > 0 and self.settings.checkpoint_location:
             _AttemptNotes(self.settings.checkpoint_location).note(
                 self.options.prefix, context.partition_id, context.attempt)
-        conf: dict[str, Any] = dict(self.options.kafka_conf)
+        conf = producer_conf(self.options.kafka_conf)
         conf.update(_callbacks(lambda: txn, statistics=True))
         conf["transactional.id"] = tid
         user_set = "transaction.timeout.ms" in self.options.kafka_conf

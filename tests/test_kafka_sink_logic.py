@@ -433,3 +433,23 @@ def test_handle_is_json_with_what_the_driver_needs(tmp_path, fake_producer):
     assert h["scan_from"] == [["out", 0, 40]]
     assert h["timeout_ms"] == DEFAULT_TRANSACTION_TIMEOUT_MS and h["began_ms"] > 0
     assert kafka_txn.PreparedTxn(h["transactional_id"], 7, 3) == ksink._prepared(h)
+
+
+# ------------------------------------------------------------------ drop-in for Spark's sink
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once", "none"])
+def test_producers_partition_keys_as_the_java_client_unless_told_otherwise(
+    tmp_path, fake_producer, monkeypatch, guarantee
+):
+    fake_producer.max_ms = 10**9
+    monkeypatch.setattr(ksink, "_SHARED", {})
+    sink = _sink(tmp_path, deliveryGuarantee=guarantee)
+    sink.beginTransaction(TaskInfo(3, 0, 0))
+    assert fake_producer.created[-1]["partitioner"] == "murmur2_random"
+    assert "partitioner" not in sink.options.kafka_conf  # the commit client's conf is the user's
+
+    monkeypatch.setattr(ksink, "_SHARED", {})
+    sink = _sink(tmp_path, deliveryGuarantee=guarantee, **{"kafka.partitioner": "random"})
+    sink.beginTransaction(TaskInfo(3, 0, 0))
+    assert fake_producer.created[-1]["partitioner"] == "random"
