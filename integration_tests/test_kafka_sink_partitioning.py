@@ -133,3 +133,32 @@ def _is_utf8(b: bytes) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+def test_the_topic_option_overrides_the_topic_column(spark, bootstrap, tmp_path):
+    """Spark's Kafka sink: "the topic option, if set, overrides any topic column"."""
+    src = tmp_path / "in"
+    src.mkdir()
+    column_topic, option_topic = unique_topic("kcol"), unique_topic("kopt")
+    create_topic(bootstrap, column_topic, 1)
+    create_topic(bootstrap, option_topic, 2)
+    with open(src / "rows.json", "w") as out:
+        for i in range(20):
+            out.write(json.dumps({"t": column_topic, "v": f"v{i}"}) + "\n")
+    frame = (
+        spark.readStream.format("json").schema("t STRING, v STRING").load(str(src))
+        .selectExpr("t AS topic", "CAST(NULL AS STRING) AS key", "v AS value")
+    )
+    query = (
+        frame.writeStream.format("kafka-eos")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", option_topic)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert sorted(r.value for r in committed(bootstrap, option_topic)) == sorted(
+        f"v{i}".encode() for i in range(20))
+    assert committed(bootstrap, column_topic) == []

@@ -107,7 +107,9 @@ def _check_schema(schema: StructType, topic_option: str | None) -> None:
     for name in ("key", "value"):
         if name in fields and not isinstance(fields[name], _TEXT_OR_BYTES):
             raise OptionError(name, f"column '{name}' must be string or binary, not {fields[name].simpleString()}")
-    if "topic" in fields and not isinstance(fields["topic"], StringType):
+    # As in Spark's Kafka sink, the `topic` option, when set, overrides any `topic` column,
+    # which is then ignored whatever its type.
+    if "topic" in fields and not topic_option and not isinstance(fields["topic"], StringType):
         raise OptionError("topic", f"column 'topic' must be string, not {fields['topic'].simpleString()}")
     if "partition" in fields and not isinstance(fields["partition"], IntegerType):
         raise OptionError("partition", f"column 'partition' must be int, not {fields['partition'].simpleString()}")
@@ -458,7 +460,9 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         default_topic = self.options.topic
         producer = txn.producer
         produce = producer.produce
-        if not {"topic", "partition", "headers"} & set(names):
+        # The topic option, when set, overrides the topic column (as in Spark's Kafka sink).
+        routed = {"partition", "headers"} if default_topic else {"topic", "partition", "headers"}
+        if not routed & set(names):
             # The common case: positional arguments, no dict per record.
             for value, key in zip(values, keys):
                 try:
@@ -467,7 +471,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                     _produce_when_room(producer, default_topic, value=value, key=key)
             producer.poll(0)
             return
-        topics = batch.column("topic").to_pylist() if "topic" in names else [None] * n
+        topics = (batch.column("topic").to_pylist() if "topic" in names and not default_topic
+                  else [None] * n)
         parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
         headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
         for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers):

@@ -453,3 +453,60 @@ def test_producers_partition_keys_as_the_java_client_unless_told_otherwise(
     sink = _sink(tmp_path, deliveryGuarantee=guarantee, **{"kafka.partitioner": "random"})
     sink.beginTransaction(TaskInfo(3, 0, 0))
     assert fake_producer.created[-1]["partitioner"] == "random"
+
+
+class _RecordingProducer:
+    def __init__(self):
+        self.sent = []
+
+    def produce(self, topic, value=None, key=None, **kwargs):
+        self.sent.append((topic, key, value))
+
+    def poll(self, timeout):
+        return 0
+
+
+def _rows(**columns) -> "pa.RecordBatch":
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def test_the_topic_option_overrides_a_topic_column_as_in_spark(tmp_path):
+    from pyspark.sql.types import StringType
+
+    schema = StructType([StructField("topic", StringType()), StructField("value", BinaryType())])
+    opts = Options({"kafka.bootstrap.servers": "b:9092", "topic": "chosen",
+                    "checkpointLocation": str(tmp_path / "ck")})
+    settings = SinkSettings.from_options("kafka-eos", opts)
+    sink = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema))
+    producer = _RecordingProducer()
+    txn = ksink.KafkaTxn(TaskInfo(0, 0, 0), producer, None)
+    sink.invoke(txn, _rows(topic=["other", None], value=[b"a", b"b"]))
+    assert [t for t, _, _ in producer.sent] == ["chosen", "chosen"]
+
+
+def test_without_the_topic_option_the_topic_column_routes_each_row(tmp_path):
+    from pyspark.sql.types import StringType
+
+    schema = StructType([StructField("topic", StringType()), StructField("value", BinaryType())])
+    opts = Options({"kafka.bootstrap.servers": "b:9092", "checkpointLocation": str(tmp_path / "ck")})
+    settings = SinkSettings.from_options("kafka-eos", opts)
+    sink = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema))
+    producer = _RecordingProducer()
+    sink.invoke(ksink.KafkaTxn(TaskInfo(0, 0, 0), producer, None),
+                _rows(topic=["t1", "t2"], value=[b"a", b"b"]))
+    assert [t for t, _, _ in producer.sent] == ["t1", "t2"]
+
+
+def test_with_the_topic_option_a_topic_column_of_any_type_is_ignored(tmp_path):
+    from pyspark.sql.types import IntegerType
+
+    schema = StructType([StructField("topic", IntegerType()), StructField("value", BinaryType())])
+    opts = Options({"kafka.bootstrap.servers": "b:9092", "topic": "chosen",
+                    "checkpointLocation": str(tmp_path / "ck")})
+    settings = SinkSettings.from_options("kafka-eos", opts)
+    KafkaSinkOptions.parse(opts, settings, schema)  # Spark's sink ignores the column: so do we
+    opts = Options({"kafka.bootstrap.servers": "b:9092", "checkpointLocation": str(tmp_path / "ck")})
+    with pytest.raises(OptionError, match="column 'topic' must be string"):
+        KafkaSinkOptions.parse(opts, settings, schema)
