@@ -5,7 +5,9 @@ built, so a bad option fails the query before anything runs.
 
 from __future__ import annotations
 
+import logging
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -13,7 +15,69 @@ from connectors.kafka_client import librdkafka_conf
 from connectors.options import OptionError, Options
 from sources.offsets import PartitionOffsets, parse_offsets_option
 
+log = logging.getLogger(__name__)
+
+FORMAT_NAME = "kafka-eos"
 SUBSCRIPTION_OPTIONS = ("subscribe", "subscribePattern", "assign")
+
+#: Every option the source reads, named as Spark's Kafka source names them (plus ours), besides
+#: `kafka.*` (handed to librdkafka). Anything else fails at `.load()` naming the closest one.
+#: `path` (from `.load(path)`) is never refused: Spark's Kafka source ignores it too.
+KNOWN_OPTIONS = (
+    *SUBSCRIPTION_OPTIONS,
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsets",
+    "startingOffsetsByTimestampStrategy",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "endingOffsets",
+    "failOnDataLoss",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "groupIdPrefix",
+    "includeHeaders",
+    "arrowBatchRows",  # ours: rows per Arrow batch handed to Spark
+)
+
+#: Kafka client settings Spark's Kafka source refuses, refused here for the same reasons (the
+#: consumers are librdkafka's, but what the settings would do is just as wrong).
+UNSUPPORTED_KAFKA_OPTIONS = {
+    "kafka.auto.offset.reset": (
+        "is not supported: set the source option 'startingOffsets' to 'earliest' or 'latest' "
+        "instead. The query's offsets are Spark's state, not the consumer's; a partition whose "
+        "records were removed is reported as data loss (see failOnDataLoss), never skipped"
+    ),
+    "kafka.enable.auto.commit": (
+        "is not supported: the source never commits offsets to Kafka; they are the query's "
+        "checkpointed state"
+    ),
+    "kafka.key.deserializer": (
+        "is not supported: keys are always read as bytes (the 'key' column is binary); "
+        "deserialize them with DataFrame operations, e.g. CAST(key AS STRING)"
+    ),
+    "kafka.value.deserializer": (
+        "is not supported: values are always read as bytes (the 'value' column is binary); "
+        "deserialize them with DataFrame operations, e.g. CAST(value AS STRING)"
+    ),
+    "kafka.interceptor.classes": (
+        "is not supported: interceptors could change what is read, so the source would no "
+        "longer read each record exactly as the broker holds it"
+    ),
+}
+
+#: Spark's default consumer group prefixes (KafkaSourceProvider): streaming and batch.
+DEFAULT_GROUP_ID_PREFIX_STREAM = "spark-kafka-source"
+DEFAULT_GROUP_ID_PREFIX_BATCH = "spark-kafka-relation"
+
+#: Options Spark's Kafka source ignores in batch queries, with a warning; so does this one.
+STREAMING_ONLY_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 
 
 @dataclass(frozen=True)
@@ -33,7 +97,11 @@ class Subscription:
 
 @dataclass(frozen=True)
 class StartSpec:
-    """Where a query or batch read starts (or, for endingOffsets, ends)."""
+    """Where a query or batch read starts (or, for the ending options, ends).
+
+    `timestamp` is startingTimestamp / endingTimestamp (one time for every partition),
+    `timestamps` startingOffsetsByTimestamp / endingOffsetsByTimestamp (one per partition).
+    """
 
     kind: Literal["earliest", "latest", "offsets", "timestamp", "timestamps"]
     offsets: PartitionOffsets = field(default_factory=dict)
@@ -59,6 +127,9 @@ class KafkaSourceOptions:
     fetch_attempts: int
     arrow_batch_rows: int
     fetch_retry_interval_ms: int = 10
+    #: The options that decided `starting` and `ending` (Spark's precedence), for messages.
+    starting_option: str = "startingOffsets"
+    ending_option: str = "endingOffsets"
 
     @property
     def bootstrap_servers(self) -> str:
@@ -107,18 +178,40 @@ def _parse_subscription(opts: Options) -> Subscription:
     return Subscription("assign", assignment=tuple(sorted(set(pairs))))
 
 
-def _parse_start(opts: Options, *, batch: bool | None) -> StartSpec:
-    by_ts = opts.get_json("startingOffsetsByTimestamp")
-    if by_ts is not None:
-        return StartSpec(
-            "timestamps",
-            timestamps=parse_offsets_option(
-                "startingOffsetsByTimestamp", by_ts, allow_earliest=False, allow_latest=False
-            ),
+def _chosen(opts: Options, names: tuple[str, str, str], *, warn: bool) -> str | None:
+    """The option of `names` (in Spark's order of preference) that decides, if any is given.
+
+    Spark: startingTimestamp over startingOffsetsByTimestamp over startingOffsets, and the same
+    for the ending ones. The others are not read at all (as in Spark), with a warning.
+    """
+    given = [n for n in names if n in opts]
+    if len(given) > 1 and warn:
+        log.warning(
+            "kafka-eos: %s takes precedence over %s (as in Spark's Kafka source); %s ignored",
+            given[0], " and ".join(given[1:]), "they are" if len(given) > 2 else "it is",
         )
-    ts = opts.get_int("startingTimestamp", minimum=0)
-    if ts is not None:
-        return StartSpec("timestamp", timestamp_ms=ts)
+    return given[0] if given else None
+
+
+STARTING_OPTIONS = ("startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets")
+ENDING_OPTIONS = ("endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")
+
+
+def _parse_timestamps(opts: Options, chosen: str) -> StartSpec:
+    if chosen in ("startingTimestamp", "endingTimestamp"):
+        return StartSpec("timestamp", timestamp_ms=opts.get_int(chosen, minimum=0))
+    return StartSpec(
+        "timestamps",
+        timestamps=parse_offsets_option(
+            chosen, opts.get_json(chosen), allow_earliest=False, allow_latest=False
+        ),
+    )
+
+
+def _parse_start(opts: Options, *, batch: bool | None) -> StartSpec:
+    chosen = _chosen(opts, STARTING_OPTIONS, warn=batch is not None)
+    if chosen is not None and chosen != "startingOffsets":
+        return _parse_timestamps(opts, chosen)
     value = opts.get("startingOffsets")
     if value is None or value.strip().lower() == ("earliest" if batch else "latest"):
         return StartSpec("earliest" if batch else "latest")
@@ -142,11 +235,18 @@ def _parse_start(opts: Options, *, batch: bool | None) -> StartSpec:
 
 
 def _parse_end(opts: Options, *, batch: bool | None) -> StartSpec:
+    if batch is False:
+        # Spark refuses endingOffsets and endingOffsetsByTimestamp in streaming queries (and
+        # ignores endingTimestamp there); none of them can be honoured by a stream.
+        for name in ENDING_OPTIONS:
+            if name in opts:
+                raise OptionError(name, "applies to batch reads only; remove it from readStream")
+    chosen = _chosen(opts, ENDING_OPTIONS, warn=batch is not None)
+    if chosen is not None and chosen != "endingOffsets":
+        return _parse_timestamps(opts, chosen)
     value = opts.get("endingOffsets")
     if value is None:
         return StartSpec("latest")
-    if batch is False:
-        raise OptionError("endingOffsets", "applies to batch reads only; remove it from readStream")
     v = value.strip().lower()
     if v == "latest":
         return StartSpec("latest")
@@ -162,13 +262,55 @@ def _parse_end(opts: Options, *, batch: bool | None) -> StartSpec:
     return StartSpec("offsets", offsets=offsets)
 
 
+def _check_names(opts: Options) -> None:
+    """Refuse Spark's refused Kafka settings with the reason, then any unknown option."""
+    for name, why in UNSUPPORTED_KAFKA_OPTIONS.items():
+        if name in opts:
+            raise OptionError(name, why)
+    opts.reject_unknown(KNOWN_OPTIONS, prefixes=("kafka.",), format_name=FORMAT_NAME)
+
+
+def _group_id(opts: Options, *, batch: bool | None) -> str:
+    """The `group.id` of every consumer the source creates (metadata look-ups and tasks).
+
+    As in Spark: `kafka.group.id` is used as-is (and `groupIdPrefix` ignored); otherwise
+    `<groupIdPrefix>-<random UUID>`, one per reader, so every consumer of a query or batch read
+    carries the same id. The consumers use assign() and never commit, so the id names them
+    (for the broker's ACLs, quotas and logs) but never makes them members of a group.
+    """
+    given = opts.get("kafka.group.id")
+    if given is not None:
+        if not given.strip():
+            raise OptionError(
+                "kafka.group.id", "must not be empty; remove it to get a generated group id"
+            )
+        if batch is not None:
+            log.warning(
+                "kafka-eos: kafka.group.id is set, so every consumer of this source uses "
+                "group.id=%r. Spark warns that queries sharing a group id can interfere with each "
+                "other; this source never joins the group (assign()) or commits offsets to it, "
+                "but every query given this id is seen by the broker as the same group",
+                given,
+            )
+            if "groupIdPrefix" in opts:
+                log.warning("kafka-eos: groupIdPrefix is ignored because kafka.group.id is set")
+        return given
+    default = DEFAULT_GROUP_ID_PREFIX_BATCH if batch else DEFAULT_GROUP_ID_PREFIX_STREAM
+    prefix = opts.get("groupIdPrefix", default)
+    if not prefix.strip():
+        raise OptionError("groupIdPrefix", f"must not be empty (default {default!r})")
+    return f"{prefix.strip()}-{uuid.uuid4()}"
+
+
 def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSourceOptions:
     """Validate everything that can be checked without a broker.
 
     `batch=None` runs the checks that hold in either mode (used before Spark says which).
     """
     opts = Options(raw)
+    _check_names(opts)
     kafka_conf = librdkafka_conf(opts)
+    kafka_conf["group.id"] = _group_id(opts, batch=batch)
     subscription = _parse_subscription(opts)
     max_per_trigger = opts.get_int("maxOffsetsPerTrigger", minimum=1)
     min_per_trigger = opts.get_int("minOffsetsPerTrigger", minimum=1)
@@ -178,6 +320,11 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
             f"({min_per_trigger}) must not exceed maxOffsetsPerTrigger ({max_per_trigger})",
         )
     starting = _parse_start(opts, batch=batch)
+    if batch:
+        for name in STREAMING_ONLY_OPTIONS:
+            if name in opts:
+                log.warning("kafka-eos: %s applies to streaming queries only; ignored in this "
+                            "batch read (as in Spark's Kafka source)", name)
     return KafkaSourceOptions(
         kafka_conf=kafka_conf,
         subscription=subscription,
@@ -197,4 +344,6 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
         fetch_attempts=opts.get_int("fetchOffset.numRetries", 3, minimum=0) + 1,
         arrow_batch_rows=opts.get_int("arrowBatchRows", 20_000, minimum=1),
         fetch_retry_interval_ms=opts.get_int("fetchOffset.retryIntervalMs", 10, minimum=0),
+        starting_option=_chosen(opts, STARTING_OPTIONS, warn=False) or "startingOffsets",
+        ending_option=_chosen(opts, ENDING_OPTIONS, warn=False) or "endingOffsets",
     )

@@ -132,7 +132,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         # Only a fresh query calls this: a topic or partition that does not exist is a bad
         # option here, while on a restart it is data loss (handled in latestOffset).
         tps = self.resolver.partitions(strict=True)
-        start = self.resolver.resolve(self.options.starting, tps, "startingOffsets")
+        start = self.resolver.resolve(self.options.starting, tps, self.options.starting_option)
         log.info("kafka-eos: query starts at %s", off.to_json(start))
         return off.to_json(start)
 
@@ -260,19 +260,34 @@ class KafkaBatchReader(_UsesBroker, DataSourceReader):
         self._resolver = None
 
     def partitions(self) -> list[InputPartition]:
+        opts = self.options
         try:
             tps = self.resolver.partitions(strict=True)
-            start = self.resolver.resolve(self.options.starting, tps, "startingOffsets")
-            end = self.resolver.resolve(self.options.ending, tps, "endingOffsets")
+            start = self.resolver.resolve(opts.starting, tps, opts.starting_option)
+            # An end below the start may be a latest offset that went back (KAFKA-7703, and
+            # Tansu under load): looked up again, fetchOffset.numRetries times,
+            # fetchOffset.retryIntervalMs apart, before it is believed.
+            def ending() -> off.PartitionOffsets:
+                return self.resolver.resolve(opts.ending, tps, opts.ending_option)
+
+            may_be_latest = opts.ending.kind != "offsets" or off.LATEST in opts.ending.offsets.values()
+            end = off.settle_latest(
+                ending,
+                start,
+                retries=opts.fetch_retries if may_be_latest else 0,
+                interval_ms=opts.fetch_retry_interval_ms,
+            )
         finally:
             self._close()
         for tp in tps:
             if end[tp] < start[tp]:
                 raise OptionError(
-                    "endingOffsets",
-                    f"ends at {end[tp]} for {tp[0]}-{tp[1]}, before its start {start[tp]}",
+                    opts.ending_option,
+                    f"ends at {end[tp]} for {tp[0]}-{tp[1]}, before its start {start[tp]}"
+                    + (f" ({opts.starting_option})" if opts.starting_option != "startingOffsets"
+                       else ""),
                 )
-        return _plan(self.options, start, end)  # type: ignore[return-value]
+        return _plan(opts, start, end)  # type: ignore[return-value]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)

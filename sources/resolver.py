@@ -6,24 +6,57 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from connectors.options import OptionError
 from sources.kafka_options import KafkaSourceOptions, StartSpec, Subscription
-from connectors.kafka_client import KafkaMetadata
+from connectors.kafka_client import KafkaMetadata, is_transient
 from sources.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
 from sources.range_reader import DataLossError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Backoff between look-ups that failed with a transient error, when fetchOffset.retryIntervalMs
+#: is shorter: doubling from the first, capped at the last (seconds).
+BACKOFF_FIRST_S = 0.1
+BACKOFF_MAX_S = 5.0
 
 
 class OffsetResolver:
-    def __init__(self, options: KafkaSourceOptions) -> None:
+    def __init__(self, options: KafkaSourceOptions, *,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.options = options
-        self.metadata = KafkaMetadata(options.kafka_conf, attempts=options.fetch_attempts)
+        self._sleep = sleep
+        # One attempt each: the retries are made here, fetchOffset.retryIntervalMs apart.
+        self.metadata = KafkaMetadata(options.kafka_conf, attempts=1)
 
     def close(self) -> None:
         self.metadata.close()
+
+    def _retrying(self, what: str, fn: Callable[[], T]) -> T:
+        """`fn`, tried again fetchOffset.numRetries times on transient broker errors, at least
+        fetchOffset.retryIntervalMs apart (as Spark's Kafka source waits between offset
+        look-ups), and no sooner than an exponential backoff from 100 ms (capped at 5 s)."""
+        retries = self.options.fetch_retries
+        for attempt in range(retries + 1):
+            try:
+                return fn()
+            except Exception as e:
+                if attempt == retries or not is_transient(e):
+                    raise
+                wait = max(self.options.fetch_retry_interval_ms / 1000,
+                           min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** attempt))
+                log.warning("kafka-eos: transient error %s (attempt %d of %d): %s; again in %.3f s",
+                            what, attempt + 1, retries + 1, e, wait)
+                self._sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _watermarks(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        tps = list(tps)
+        return self._retrying("reading offsets", lambda: self.metadata.watermarks(tps))
 
     # -- partitions ---------------------------------------------------------------------------
 
@@ -34,7 +67,7 @@ class OffsetResolver:
         error naming the option; later a topic that vanished is left to data-loss handling.
         """
         sub = self.options.subscription
-        topics = self.metadata.topics()
+        topics = self._retrying("listing topics", self.metadata.topics)
         if sub.kind == "subscribePattern":
             rx = re.compile(sub.pattern or "")
             return sorted(
@@ -58,20 +91,23 @@ class OffsetResolver:
     # -- offsets ------------------------------------------------------------------------------
 
     def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
-        return {tp: low for tp, (low, _high) in self.metadata.watermarks(tps).items()}
+        return {tp: low for tp, (low, _high) in self._watermarks(tps).items()}
 
     def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
-        return {tp: high for tp, (_low, high) in self.metadata.watermarks(tps).items()}
+        return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
 
     def resolve(self, spec: StartSpec, tps: list[TopicPartition], option: str) -> PartitionOffsets:
-        """Concrete offsets for a starting or ending specification."""
+        """Concrete offsets for a starting or ending specification; `option` is the option that
+        gave it (startingOffsets, endingTimestamp, ...): errors name it, and where no record is
+        at or after a timestamp, a starting one follows startingOffsetsByTimestampStrategy while
+        an ending one ends at the latest offset (as Spark's Kafka source does)."""
         if spec.kind == "earliest":
             return self.earliest(tps)
         if spec.kind == "latest":
             return self.latest(tps)
         if spec.kind == "offsets":
             _check_covers(option, spec.offsets, tps)
-            wm = self.metadata.watermarks(tps)
+            wm = self._watermarks(tps)
             resolved = {}
             for tp in tps:
                 off = spec.offsets[tp]
@@ -85,19 +121,24 @@ class OffsetResolver:
             return resolved
         if spec.kind == "timestamp":
             wanted = {tp: spec.timestamp_ms for tp in tps}
-            return self._by_timestamp(wanted, "startingTimestamp")  # type: ignore[arg-type]
-        _check_covers("startingOffsetsByTimestamp", spec.timestamps, tps)
-        return self._by_timestamp({tp: spec.timestamps[tp] for tp in tps}, "startingOffsetsByTimestamp")
+            return self._by_timestamp(wanted, option)  # type: ignore[arg-type]
+        _check_covers(option, spec.timestamps, tps)
+        return self._by_timestamp({tp: spec.timestamps[tp] for tp in tps}, option)
 
     def _by_timestamp(self, wanted: Mapping[TopicPartition, int], option: str) -> PartitionOffsets:
-        found = self.metadata.offsets_for_times(wanted)
+        found = self._retrying(
+            "looking up offsets by timestamp", lambda: self.metadata.offsets_for_times(wanted)
+        )
         missing = [tp for tp, off in found.items() if off < 0]
         if missing:
-            if self.options.timestamp_strategy == "error":
+            where = ", ".join(f"{t}-{p}" for t, p in sorted(missing))
+            if option.startswith("ending"):
+                log.info("kafka-eos: no record at or after the %s in %s; reading there up to "
+                         "the latest offset", option, where)
+            elif self.options.timestamp_strategy == "error":
                 raise OptionError(
                     option,
-                    "no record at or after the given timestamp in "
-                    f"{', '.join(f'{t}-{p}' for t, p in sorted(missing))}; set "
+                    f"no record at or after the given timestamp in {where}; set "
                     "startingOffsetsByTimestampStrategy=latest to start at the latest offset there",
                 )
             found.update(self.latest(missing))

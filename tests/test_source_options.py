@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from connectors.options import OptionError
@@ -112,7 +114,7 @@ def test_kafka_options_pass_through_without_prefix(spell):
         spell,
         {
             "kafka.security.protocol": "SASL_SSL",
-            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.mechanisms": "PLAIN",
             "kafka.sasl.username": "alice",
             "kafka.sasl.password": "pw",
             "kafkaConsumer.pollTimeoutMs": "10",  # not a kafka.* option
@@ -120,10 +122,11 @@ def test_kafka_options_pass_through_without_prefix(spell):
         },
         batch=True,
     )
+    assert o.kafka_conf.pop("group.id").startswith("spark-kafka-relation-")
     assert o.kafka_conf == {
         "bootstrap.servers": "broker1:9092,broker2:9092",
         "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "PLAIN",
+        "sasl.mechanisms": "PLAIN",
         "sasl.username": "alice",
         "sasl.password": "pw",
     }
@@ -134,6 +137,7 @@ def test_kafka_option_values_keep_their_case():
         {"KAFKA.BOOTSTRAP.SERVERS": "Broker:9092", "kafka.client.id": "MyClient", "SUBSCRIBE": "T"},
         batch=True,
     )
+    assert o.kafka_conf.pop("group.id").startswith("spark-kafka-relation-")
     assert o.kafka_conf == {"bootstrap.servers": "Broker:9092", "client.id": "MyClient"}
     assert o.subscription.topics == ("T",)
 
@@ -317,10 +321,11 @@ def test_starting_timestamp_invalid(spell, value):
 def test_starting_offsets_by_timestamp(spell):
     o = parse(
         spell,
-        {"startingOffsetsByTimestamp": '{"events": {"0": 1700000000000}}', "startingTimestamp": "5"},
+        {"startingOffsetsByTimestamp": '{"events": {"0": 1700000000000}}', "startingOffsets": "earliest"},
         batch=False,
     )
     assert o.starting == StartSpec("timestamps", timestamps={("events", 0): 1_700_000_000_000})
+    assert o.starting_option == "startingOffsetsByTimestamp"
 
 
 @pytest.mark.parametrize("value", ['{"events": {"0": -1}}', '{"events": {"0": -2}}', "{", "{}"])
@@ -464,3 +469,215 @@ def test_negative_partition_in_offsets_json_is_rejected():
              "startingOffsets": '{"t":{"-1":5}}'},
             batch=False,
         )
+
+
+# --------------------------------------------------------------------------- precedence (Spark's)
+
+
+def test_starting_timestamp_takes_precedence_over_the_other_starting_options(spell, caplog):
+    o = parse(
+        spell,
+        {
+            "startingTimestamp": "1700000000000",
+            "startingOffsetsByTimestamp": '{"events": {"0": 5}}',
+            "startingOffsets": "latest",  # not allowed in batch, but not read at all (as Spark)
+        },
+        batch=True,
+    )
+    assert o.starting == StartSpec("timestamp", timestamp_ms=1_700_000_000_000)
+    assert o.starting_option == "startingTimestamp"
+    assert "startingTimestamp takes precedence over startingOffsetsByTimestamp and startingOffsets" in caplog.text
+
+
+def test_starting_offsets_by_timestamp_takes_precedence_over_starting_offsets(spell):
+    o = parse(
+        spell,
+        {"startingOffsetsByTimestamp": '{"events": {"0": 5}}', "startingOffsets": "nonsense"},
+        batch=True,
+    )
+    assert o.starting == StartSpec("timestamps", timestamps={("events", 0): 5})
+
+
+@pytest.mark.parametrize("batch", [True, None])
+def test_ending_timestamp(spell, batch):
+    o = parse(spell, {"endingTimestamp": "1700000000000"}, batch=batch)
+    assert o.ending == StartSpec("timestamp", timestamp_ms=1_700_000_000_000)
+    assert o.ending_option == "endingTimestamp"
+
+
+@pytest.mark.parametrize("batch", [True, None])
+def test_ending_offsets_by_timestamp(spell, batch):
+    o = parse(spell, {"endingOffsetsByTimestamp": '{"events": {"0": 7, "1": 9}}'}, batch=batch)
+    assert o.ending == StartSpec("timestamps", timestamps={("events", 0): 7, ("events", 1): 9})
+    assert o.ending_option == "endingOffsetsByTimestamp"
+
+
+def test_ending_timestamp_takes_precedence_over_the_other_ending_options(spell, caplog):
+    o = parse(
+        spell,
+        {
+            "endingTimestamp": "1700000000000",
+            "endingOffsetsByTimestamp": '{"events": {"0": 7}}',
+            "endingOffsets": "earliest",  # invalid, but not read at all (as Spark)
+        },
+        batch=True,
+    )
+    assert o.ending == StartSpec("timestamp", timestamp_ms=1_700_000_000_000)
+    assert "endingTimestamp takes precedence over endingOffsetsByTimestamp and endingOffsets" in caplog.text
+
+
+def test_ending_offsets_by_timestamp_takes_precedence_over_ending_offsets(spell):
+    o = parse(
+        spell,
+        {"endingOffsetsByTimestamp": '{"events": {"0": 7}}', "endingOffsets": '{"events": {"0": 1}}'},
+        batch=True,
+    )
+    assert o.ending == StartSpec("timestamps", timestamps={("events", 0): 7})
+    assert o.ending_option == "endingOffsetsByTimestamp"
+
+
+@pytest.mark.parametrize(
+    "name,value", [("endingTimestamp", "1700000000000"), ("endingOffsetsByTimestamp", '{"events": {"0": 7}}')]
+)
+def test_ending_timestamps_rejected_for_streaming(spell, name, value):
+    e = fails(spell, {name: value}, batch=False)
+    assert e.option == name
+    assert "batch reads only" in str(e)
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("endingTimestamp", "-1"),
+        ("endingTimestamp", "tomorrow"),
+        ("endingOffsetsByTimestamp", '{"events": {"0": -1}}'),
+        ("endingOffsetsByTimestamp", "{"),
+        ("endingOffsetsByTimestamp", "{}"),
+    ],
+)
+@pytest.mark.parametrize("batch", [True, None])
+def test_ending_timestamps_invalid(spell, name, value, batch):
+    e = fails(spell, {name: value}, batch=batch)
+    assert e.option == name
+
+
+# --------------------------------------------------------------------------- consumer group id
+
+
+def test_group_id_default_prefixes_are_sparks(spell):
+    stream = parse(spell, batch=False).kafka_conf["group.id"]
+    batch = parse(spell, batch=True).kafka_conf["group.id"]
+    assert re.fullmatch(r"spark-kafka-source-[0-9a-f-]{36}", stream)
+    assert re.fullmatch(r"spark-kafka-relation-[0-9a-f-]{36}", batch)
+    assert parse(spell, batch=True).kafka_conf["group.id"] != batch  # one per reader
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_group_id_prefix(spell, batch):
+    conf = parse(spell, {"groupIdPrefix": "team-etl"}, batch=batch).kafka_conf
+    assert re.fullmatch(r"team-etl-[0-9a-f-]{36}", conf["group.id"])
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_kafka_group_id_is_used_as_is_and_the_prefix_ignored(spell, batch, caplog):
+    conf = parse(
+        spell, {"kafka.group.id": "Authorized-Group", "groupIdPrefix": "team-etl"}, batch=batch
+    ).kafka_conf
+    assert conf["group.id"] == "Authorized-Group"
+    assert "kafka.group.id is set" in caplog.text
+    assert "groupIdPrefix is ignored" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["groupIdPrefix", "kafka.group.id"])
+def test_blank_group_ids_are_refused(spell, name):
+    e = fails(spell, {name: " "}, batch=True)
+    assert e.option == name
+
+
+# --------------------------------------------------------------------------- unknown and refused
+
+
+#: Every option of Spark's Kafka source (Structured Streaming + Kafka Integration Guide, 4.x)
+#: with a valid value, plus ours; none may be refused as unknown.
+SPARK_SOURCE_OPTIONS = {
+    "startingTimestamp": "1000",
+    "startingOffsetsByTimestamp": '{"events": {"0": 1000}}',
+    "startingOffsets": "earliest",
+    "endingTimestamp": "2000",
+    "endingOffsetsByTimestamp": '{"events": {"0": 2000}}',
+    "endingOffsets": "latest",
+    "failOnDataLoss": "false",
+    "kafkaConsumer.pollTimeoutMs": "1000",
+    "fetchOffset.numRetries": "2",
+    "fetchOffset.retryIntervalMs": "20",
+    "maxOffsetsPerTrigger": "10",
+    "minOffsetsPerTrigger": "5",
+    "maxTriggerDelay": "1m",
+    "minPartitions": "2",
+    "maxRecordsPerPartition": "100",
+    "groupIdPrefix": "p",
+    "kafka.group.id": "g",
+    "includeHeaders": "true",
+    "startingOffsetsByTimestampStrategy": "latest",
+    "arrowBatchRows": "100",
+    "kafka.client.id": "any-kafka-setting",
+    "path": "/given/by/load(path)",  # Spark passes load()'s argument as an option
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPARK_SOURCE_OPTIONS))
+@pytest.mark.parametrize("batch", [True, None])
+def test_every_spark_option_is_known(spell, name, batch):
+    parse(spell, {name: SPARK_SOURCE_OPTIONS[name]}, batch=batch)
+
+
+def test_all_spark_options_together_in_batch(spell):
+    parse(spell, SPARK_SOURCE_OPTIONS, batch=True)
+
+
+@pytest.mark.parametrize(
+    "name,suggested",
+    [
+        ("startingOffset", "startingOffsets"),
+        ("maxOffsetPerTrigger", "maxOffsetsPerTrigger"),
+        ("endingTimestamps", "endingTimestamp"),
+        ("groupIdPrefx", "groupIdPrefix"),
+        ("fetchOffset.retryInterval", "fetchOffset.retryIntervalMs"),
+        ("includeHeader", "includeHeaders"),
+    ],
+)
+@pytest.mark.parametrize("batch", [True, False, None])
+def test_unknown_option_fails_suggesting_the_closest(spell, name, suggested, batch):
+    e = fails(spell, {name: "1"}, batch=batch)
+    assert e.option == name.lower()
+    assert f"did you mean '{suggested}'" in str(e)
+    assert "kafka-eos" in str(e)
+
+
+def test_unknown_option_far_from_any_is_still_refused(spell):
+    e = fails(spell, {"checkpointLocation": "/tmp/ck"}, batch=False)
+    assert "is not an option of kafka-eos" in str(e)
+
+
+@pytest.mark.parametrize(
+    "name,reason",
+    [
+        ("kafka.auto.offset.reset", "startingOffsets"),
+        ("kafka.enable.auto.commit", "never commits"),
+        ("kafka.key.deserializer", "CAST(key AS STRING)"),
+        ("kafka.value.deserializer", "CAST(value AS STRING)"),
+        ("kafka.interceptor.classes", "interceptors"),
+    ],
+)
+@pytest.mark.parametrize("batch", [True, False, None])
+def test_kafka_settings_spark_refuses_are_refused_with_the_reason(spell, name, reason, batch):
+    e = fails(spell, {name: "x"}, batch=batch)
+    assert e.option == name
+    assert "is not supported" in str(e) and reason in str(e)
+    assert "did you mean" not in str(e)
+
+
+@pytest.mark.parametrize("name", ["maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"])
+def test_streaming_only_options_warn_in_batch(spell, name, caplog):
+    parse(spell, {name: {"maxTriggerDelay": "1m"}.get(name, "10")}, batch=True)
+    assert f"{name} applies to streaming queries only" in caplog.text
