@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from connectors.options import OptionError
 from sources.kafka_options import parse_source_options
-from sources.kafka_source import KafkaStreamReader
+from sources.kafka_source import KafkaBatchReader, KafkaStreamReader
 from sources.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from sources.range_reader import DataLossError
 from sources.resolver import OffsetResolver
@@ -163,3 +165,138 @@ def test_replayed_batch_whose_offsets_went_back_fails_with_fail_on_data_loss():
     reader = _reader(_options(), NoBroker())
     with pytest.raises(DataLossError, match=r"338.*5.*failOnDataLoss=false"):
         reader.partitions({"lat": {"0": 338}}, {"lat": {"0": 5}})
+
+
+# --------------------------------------------------------------------------- driver look-ups
+
+
+class FakeMetadata:
+    """Stands in for connectors.kafka_client.KafkaMetadata: scripted topics, watermarks and
+    offsets by time; `failures` transient errors before each kind of look-up answers."""
+
+    def __init__(self, highs: list[PartitionOffsets], *, by_time=None, failures: int = 0) -> None:
+        self.highs = list(highs)
+        self.by_time = by_time or {}
+        self.failures = failures
+        self.calls: list[str] = []
+
+    def _maybe_fail(self, what: str) -> None:
+        self.calls.append(what)
+        if self.calls.count(what) <= self.failures:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker went away"))
+
+    def close(self) -> None:
+        pass
+
+    def topics(self) -> dict[str, int]:
+        self._maybe_fail("topics")
+        return {t: max(p for tt, p in self.highs[0] if tt == t) + 1 for t, _ in self.highs[0]}
+
+    def watermarks(self, tps):
+        self._maybe_fail("watermarks")
+        n = self.calls.count("watermarks") - self.failures
+        answer = self.highs[min(n - 1, len(self.highs) - 1)]
+        return {tp: (0, answer[tp]) for tp in tps}
+
+    def offsets_for_times(self, wanted):
+        self._maybe_fail("offsets_for_times")
+        return {tp: self.by_time.get((tp, ts), -1) for tp, ts in wanted.items()}
+
+
+def _resolver(options, metadata: FakeMetadata, sleeps: list[float] | None = None) -> OffsetResolver:
+    """A real OffsetResolver over scripted metadata (no broker)."""
+    resolver = OffsetResolver.__new__(OffsetResolver)
+    resolver.options = options
+    resolver.metadata = metadata
+    resolver._sleep = (sleeps if sleeps is not None else []).append
+    return resolver
+
+
+def _batch(**extra: str):
+    raw = {"kafka.bootstrap.servers": "nowhere:9092", "subscribe": "lat", **extra}
+    return parse_source_options(raw, batch=True)
+
+
+def test_transient_lookup_errors_are_retried_retry_interval_apart():
+    opts = _options(**{"fetchOffset.retryIntervalMs": "700", "fetchOffset.numRetries": "2"})
+    sleeps: list[float] = []
+    resolver = _resolver(opts, FakeMetadata([{P0: 40}], failures=2), sleeps)
+    assert resolver.latest([P0]) == {P0: 40}
+    assert sleeps == [0.7, 0.7]
+
+
+def test_transient_lookup_errors_beyond_num_retries_fail():
+    opts = _options(**{"fetchOffset.numRetries": "1"})
+    resolver = _resolver(opts, FakeMetadata([{P0: 40}], failures=2))
+    with pytest.raises(KafkaException):
+        resolver.partitions(strict=True)
+    assert resolver.metadata.calls == ["topics", "topics"]
+
+
+def test_non_transient_lookup_errors_are_not_retried():
+    class Refusing(FakeMetadata):
+        def watermarks(self, tps):
+            self.calls.append("watermarks")
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    resolver = _resolver(_options(), Refusing([{P0: 1}]))
+    with pytest.raises(KafkaException):
+        resolver.latest([P0])
+    assert resolver.metadata.calls == ["watermarks"]
+
+
+@pytest.mark.parametrize("strategy", ["error", "latest"])
+def test_ending_timestamp_without_a_record_after_it_ends_at_latest(strategy):
+    """Spark: where no record is at or after an ending timestamp, the offset is the latest one,
+    whatever startingOffsetsByTimestampStrategy says (that is for starting timestamps)."""
+    opts = _batch(endingTimestamp="5000", startingOffsetsByTimestampStrategy=strategy)
+    p1 = ("lat", 1)
+    meta = FakeMetadata([{P0: 30, p1: 12}], by_time={(P0, 5000): 17})
+    assert _resolver(opts, meta).resolve(opts.ending, [P0, p1], opts.ending_option) == {P0: 17, p1: 12}
+
+
+def test_starting_timestamp_without_a_record_after_it_follows_the_strategy():
+    p1 = ("lat", 1)
+    meta = FakeMetadata([{P0: 30, p1: 12}], by_time={(P0, 5000): 17})
+    opts = _batch(startingTimestamp="5000")
+    with pytest.raises(OptionError, match=r"Option 'startingTimestamp'.*lat-1.*Strategy=latest"):
+        _resolver(opts, meta).resolve(opts.starting, [P0, p1], opts.starting_option)
+    opts = _batch(startingTimestamp="5000", startingOffsetsByTimestampStrategy="latest")
+    assert _resolver(opts, meta).resolve(opts.starting, [P0, p1], opts.starting_option) == {P0: 17, p1: 12}
+
+
+def test_ending_offsets_by_timestamp_must_cover_every_partition():
+    opts = _batch(endingOffsetsByTimestamp='{"lat": {"0": 5000}}')
+    meta = FakeMetadata([{P0: 30, ("lat", 1): 12}])
+    with pytest.raises(OptionError, match=r"Option 'endingOffsetsByTimestamp'.*missing lat-1"):
+        _resolver(opts, meta).resolve(opts.ending, [P0, ("lat", 1)], opts.ending_option)
+
+
+def _batch_plan(opts, meta: FakeMetadata) -> list[OffsetRange]:
+    reader = KafkaBatchReader(opts)
+    reader._resolver = _resolver(opts, meta)
+    return [p.range for p in reader.partitions()]
+
+
+def test_batch_read_ends_at_the_ending_timestamps():
+    p1 = ("lat", 1)
+    opts = _batch(startingOffsetsByTimestamp='{"lat": {"0": 1000, "1": 1000}}',
+                  endingOffsetsByTimestamp='{"lat": {"0": 5000, "1": 6000}}')
+    meta = FakeMetadata([{P0: 30, p1: 12}], by_time={(P0, 1000): 3, (p1, 1000): 0, (P0, 5000): 17})
+    assert _batch_plan(opts, meta) == [OffsetRange("lat", 0, 3, 17), OffsetRange("lat", 1, 0, 12)]
+
+
+def test_batch_read_ending_before_its_start_names_the_ending_option():
+    opts = _batch(startingTimestamp="5000", endingTimestamp="1000")
+    meta = FakeMetadata([{P0: 30}], by_time={(P0, 5000): 20, (P0, 1000): 4})
+    with pytest.raises(OptionError, match=r"Option 'endingTimestamp'.*ends at 4 for lat-0, before its start 20"):
+        _batch_plan(opts, meta)
+
+
+def test_batch_read_latest_end_that_went_back_is_fetched_again():
+    """The start resolves against 340; the end's first look-up answers 328 (went back): looked
+    up again, fetchOffset.retryIntervalMs later, instead of failing the read."""
+    opts = _batch(startingOffsets='{"lat": {"0": 338}}')
+    meta = FakeMetadata([{P0: 340}, {P0: 328}, {P0: 341}])
+    assert _batch_plan(opts, meta) == [OffsetRange("lat", 0, 338, 341)]
+    assert meta.calls.count("watermarks") == 3
