@@ -128,6 +128,7 @@ def _connected_consumer(conf: Mapping[str, str], timeout_s: float) -> Consumer:
             consumer.list_topics(timeout=0.5)
             return consumer
         except KafkaException as e:
+            consumer.poll(0.1)  # serves error_cb
             refused = [err for err in errors if _refusal(err)]
             if refused or time.monotonic() > deadline:
                 consumer.close()

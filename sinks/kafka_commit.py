@@ -249,7 +249,7 @@ class CommitClient:
         if not conn.init_future.is_done:
             client._net.poll(timeout_ms=int(timeout_s * 1000), future=conn.init_future)
         if conn.init_future.failed():
-            error = conn.init_future.exception
+            error = manager.auth_failure(node_id) or conn.init_future.exception
             if _is_refusal(error):
                 raise self._refused(error, where) from None
             raise TransientTxnError(f"cannot connect to {where}: {error}")
@@ -295,9 +295,14 @@ class CommitClient:
 
 
 def _is_refusal(error: BaseException | None) -> bool:
-    return isinstance(error, (ssl.SSLError, kafka_errors.SaslAuthenticationFailedError,
-                              kafka_errors.UnsupportedSaslMechanismError,
-                              kafka_errors.IllegalSaslStateError))
+    """TLS or SASL said no: a definite answer, unlike a dropped connection."""
+    if isinstance(error, (ssl.SSLError, kafka_errors.SaslAuthenticationFailedError,
+                          kafka_errors.UnsupportedSaslMechanismError,
+                          kafka_errors.IllegalSaslStateError)):
+        return True
+    # kafka-python reports a failed TLS handshake as a connection error with its reason
+    return isinstance(error, kafka_errors.KafkaConnectionError) and "handshake failed" in str(
+        error).lower()
 
 
 # kafka-python logs every dropped connection as an ERROR; Tansu drops one for each refused
@@ -330,10 +335,19 @@ def close_commit_clients() -> None:
 
 def check_cluster(cluster: Cluster, timeout_s: float = 10.0) -> None:
     """Connect and authenticate now, so that wrong credentials, an untrusted certificate or the
-    wrong protocol fail the query at its start, naming the option, within seconds."""
-    commit_client(cluster).call(
-        MetadataRequest(topics=[], allow_auto_topic_creation=False, version=4),
-        timeout_s=timeout_s)
+    wrong protocol fail the query at its start, naming the options, within seconds. A cluster
+    that does not answer at all is retried until `timeout_s`, then refused the same way."""
+    client = commit_client(cluster)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.call(MetadataRequest(topics=[], allow_auto_topic_creation=False, version=4),
+                        timeout_s=max(1.0, min(5.0, deadline - time.monotonic())))
+            return
+        except TransientTxnError as e:
+            if time.monotonic() > deadline:
+                raise client._refused(e, client.conf["bootstrap.servers"]) from None
+            time.sleep(0.2)
 
 
 # -- ending a transaction -------------------------------------------------------------------
