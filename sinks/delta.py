@@ -36,12 +36,16 @@ from sinks.two_phase_commit import (
     TaskInfo,
     TransactionLost,
     TwoPhaseCommitSink,
+    reject_unknown_options,
 )
 from sinks.txn_log import Handle
 
 log = logging.getLogger("kafka_eos.sink.delta")
 
 FORMAT_NAME = "delta-eos"
+#: The sink's own options (besides the template's and `delta.*`); anything else is refused.
+OPTIONS = ("path", "partitionBy", "mergeSchema", "appId", "orphanFileRetention")
+OPTION_PREFIXES = ("delta.",)
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
@@ -473,6 +477,7 @@ class DeltaEosDataSource(DataSource):
                 "the table each batch and is not offered",
             )
         opts = Options(self._raw)
+        reject_unknown_options(opts, OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME)
         settings = SinkSettings.from_options(FORMAT_NAME, opts)
         delta_options = DeltaOptions.parse(opts, settings)
         arrow_schema = to_arrow_schema(schema, timezone="UTC")

@@ -63,12 +63,16 @@ from sinks.two_phase_commit import (
     TaskInfo,
     TransactionLost,
     TwoPhaseCommitSink,
+    reject_unknown_options,
 )
 from sinks.txn_log import Handle, TransactionLog
 
 log = logging.getLogger("kafka_eos.sink.kafka")
 
 FORMAT_NAME = "kafka-eos"
+#: The sink's own options (besides the template's and `kafka.*`); anything else is refused.
+OPTIONS = ("topic", "transactionalIdPrefix", "flushTimeout")
+OPTION_PREFIXES = ("kafka.",)
 _TEXT_OR_BYTES = (StringType, BinaryType)
 
 
@@ -682,5 +686,6 @@ def kafka_stream_writer(
     if overwrite:
         raise OptionError("outputMode", "kafka-eos supports the append output mode only")
     opts = Options(raw_options)
+    reject_unknown_options(opts, OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME)
     settings = SinkSettings.from_options(FORMAT_NAME, opts)
     return KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema)).streamWriter()

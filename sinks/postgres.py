@@ -64,12 +64,15 @@ from sinks.two_phase_commit import (
     TaskInfo,
     TwoPhaseCommitSink,
     TransactionLost,
+    reject_unknown_options,
 )
 from sinks.txn_log import Handle
 
 log = logging.getLogger("kafka_eos.sink.postgres")
 
 FORMAT_NAME = "postgres-eos"
+#: The sink's own options (besides the template's); anything else is refused.
+OPTIONS = ("url", "table", "createTable")
 GID_MAX_BYTES = 200  # PostgreSQL's limit on a prepared transaction's identifier
 #: libpq waits forever for a connection by default; a commit retry must not.
 DEFAULT_CONNECT_TIMEOUT_S = "30"
@@ -578,6 +581,7 @@ class PostgresEosDataSource(DataSource):
         if overwrite:
             raise OptionError("outputMode", "postgres-eos supports the append output mode only")
         opts = Options(self._raw)
+        reject_unknown_options(opts, OPTIONS, format_name=FORMAT_NAME)
         settings = SinkSettings.from_options(FORMAT_NAME, opts)
         pg_options = PostgresOptions.parse(opts, settings)
         arrow_schema = to_arrow_schema(schema, timezone="UTC")

@@ -84,6 +84,27 @@ class CommitTimeoutError(RuntimeError):
     """The commit of a batch did not finish within commitTimeoutMs: the batch fails loudly."""
 
 
+#: Options every two-phase-commit sink takes (SinkSettings), for the unknown-option check.
+SETTINGS_OPTIONS = (
+    "deliveryGuarantee", "checkpointLocation", "commitTimeout", "commitRetries",
+    "minBatchesToRetain",
+)
+#: What Spark itself adds to a sink's options (seen with PySpark 4.3): `queryName` from
+#: DataStreamWriter.queryName(), `path` from start(path) / save(path), `checkpointLocation`
+#: from .option(). Never refused, even by a sink that has no use for them.
+SPARK_OPTIONS = ("path", "queryName", "checkpointLocation")
+
+
+def reject_unknown_options(
+    opts: Options, known: tuple[str, ...], *, format_name: str, prefixes: tuple[str, ...] = ()
+) -> None:
+    """At query start: an option no part of the sink reads fails, naming the closest known
+    one, instead of being silently ignored (a misspelt `checkpointLocaton`, a source option
+    such as `subscribe` given to a writer)."""
+    names = dict.fromkeys((*known, *SETTINGS_OPTIONS, *SPARK_OPTIONS))
+    opts.reject_unknown(names, prefixes=prefixes, format_name=f"the {format_name} sink")
+
+
 @dataclass(frozen=True)
 class SinkSettings:
     """Options every two-phase-commit sink takes."""

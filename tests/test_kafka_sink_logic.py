@@ -510,3 +510,36 @@ def test_with_the_topic_option_a_topic_column_of_any_type_is_ignored(tmp_path):
     opts = Options({"kafka.bootstrap.servers": "b:9092", "checkpointLocation": str(tmp_path / "ck")})
     with pytest.raises(OptionError, match="column 'topic' must be string"):
         KafkaSinkOptions.parse(opts, settings, schema)
+
+
+# ------------------------------------------------------------------ no option silently ignored
+
+
+def _writer_options(tmp_path, **extra) -> dict[str, str]:
+    # lower-cased keys, as Spark hands them over
+    return {"kafka.bootstrap.servers": "b:9092", "topic": "out",
+            "checkpointlocation": str(tmp_path / "ck"), **extra}
+
+
+@pytest.mark.parametrize(
+    "option,hint",
+    [
+        ("flushTimout", "did you mean 'flushTimeout'"),
+        ("transactionalIdPrefx", "did you mean 'transactionalIdPrefix'"),
+        ("deliveryGuarante", "did you mean 'deliveryGuarantee'"),
+        ("subscribe", "is not an option of the kafka-eos sink"),  # a source option
+        ("kafkaa.acks", "is not an option of the kafka-eos sink"),
+    ],
+)
+def test_an_unknown_sink_option_fails_at_query_start_naming_the_closest(tmp_path, option, hint):
+    with pytest.raises(OptionError, match=hint) as e:
+        ksink.kafka_stream_writer(_writer_options(tmp_path, **{option.lower(): "x"}), SCHEMA, False)
+    assert option.lower() in str(e.value) and "'kafka.*'" in str(e.value)
+
+
+def test_what_spark_passes_to_a_sink_is_never_refused(tmp_path):
+    # seen with PySpark 4.3: queryName(), start(path), option("checkpointLocation")
+    raw = _writer_options(tmp_path, queryname="q", path="/somewhere",
+                          **{"kafka.acks": "all", "flushtimeout": "5s"})
+    writer = ksink.kafka_stream_writer(raw, SCHEMA, False)
+    assert writer.sink.options.flush_timeout_s == 5

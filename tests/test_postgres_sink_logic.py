@@ -316,3 +316,38 @@ def test_test_server_url_quotes_what_libpq_must_read_back():
     assert redacted_url(parse_url(server.url(password="x", dbname="other"))) == (
         "postgresql://postgres@127.0.0.1:5433/other"
     )
+
+
+# -- no option silently ignored -------------------------------------------------------------
+
+
+def _stream_writer(tmp_path, **extra: str):
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sinks.postgres import PostgresEosDataSource
+
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    raw = {"url": URLS[0], "table": "public.events",
+           "checkpointlocation": str(tmp_path / "ck"), **extra}  # lower-cased, as from Spark
+    return PostgresEosDataSource(raw).streamWriter(schema, False)
+
+
+@pytest.mark.parametrize(
+    "option,hint",
+    [
+        ("createTabel", "did you mean 'createTable'"),
+        ("tabel", "did you mean 'table'"),
+        ("commitTimeut", "did you mean 'commitTimeout'"),
+        ("dbtable", "is not an option of the postgres-eos sink"),  # Spark's JDBC option
+    ],
+)
+def test_an_unknown_option_fails_at_query_start_naming_the_closest(tmp_path, option, hint):
+    with pytest.raises(OptionError, match=hint) as e:
+        _stream_writer(tmp_path, **{option.lower(): "x"})
+    assert SECRET not in str(e.value)
+
+
+def test_what_spark_passes_to_the_sink_is_never_refused(tmp_path):
+    # seen with PySpark 4.3: queryName(), start(path), option("checkpointLocation")
+    writer = _stream_writer(tmp_path, queryname="q", path="/somewhere", createtable="false")
+    assert writer.sink.options.create_table is False

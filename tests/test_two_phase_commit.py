@@ -971,3 +971,18 @@ def test_the_store_commit_fault_point_sits_before_the_committed_marker(chk, monk
     assert [s for s in seen if s[0] == "after_store_commit"] == [
         ("after_store_commit", 0, []), ("after_store_commit", 1, [0]),
     ]
+
+
+# -- no option silently ignored -------------------------------------------------------------
+
+
+def test_every_sink_knows_the_templates_options_and_what_spark_passes():
+    from connectors.options import Options
+    from sinks.two_phase_commit import reject_unknown_options
+
+    raw = {"checkpointlocation": "/ck", "deliveryguarantee": "none", "committimeout": "1s",
+           "commitretries": "1", "minbatchestoretain": "3", "queryname": "q", "path": "/p",
+           "mine": "1"}
+    reject_unknown_options(Options(raw), ("mine",), format_name="x")
+    with pytest.raises(OptionError, match=r"Option 'minbatchestoretian'.*the x sink.*did you mean 'minBatchesToRetain'"):
+        reject_unknown_options(Options({"minbatchestoretian": "3"}), (), format_name="x")
