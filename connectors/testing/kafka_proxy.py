@@ -62,6 +62,8 @@ _SASL_AUTHENTICATION_FAILED = 58
 # from a plaintext SASL port (a real broker does the same with its max-request-size check).
 _MAX_PREAUTH_FRAME = 1 << 20
 _SCRAM_ITERATIONS = 4096
+# How long a refused connection stays open for the client to read the refusal (or close first).
+_FAILED_AUTHENTICATION_DELAY_S = 0.5
 
 
 def server_ssl_context(
@@ -511,7 +513,9 @@ class KafkaProxy:
                         ),
                         correlation_id,
                     )
-                    return finish(f"failed: {e}")
+                    refused = finish(f"failed: {e}")
+                    await self._linger(reader)
+                    return refused
                 exchange.username = session.username
                 await self._respond(
                     writer,
@@ -563,6 +567,14 @@ class KafkaProxy:
             await writer.drain()
             if done:
                 return "authenticated"
+
+    @staticmethod
+    async def _linger(reader: asyncio.StreamReader) -> None:
+        """Delay the close after a refused authentication, as Kafka does
+        (connection.failed.authentication.delay.ms): a client that sees the connection end in the
+        same read as the error answer may report only "disconnected" (kafka-python 3 does)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(reader.read(), _FAILED_AUTHENTICATION_DELAY_S)
 
     def _session(self, mechanism: str) -> _Plain | _Scram:
         assert self._users is not None
