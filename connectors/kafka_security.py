@@ -20,6 +20,7 @@ import ssl
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
@@ -86,19 +87,21 @@ def parse_jaas(value: str) -> tuple[str, dict[str, str]]:
             f'username="user" password="...";  (or set kafka.sasl.username and '
             f"kafka.sasl.password instead)",
         )
+    # Java's StreamTokenizer: a backslash in a quoted value takes the next character as is.
     options = {
-        k: (quoted.replace('\\"', '"').replace("\\\\", "\\") if quoted is not None else bare)
+        k: (re.sub(r"\\(.)", r"\1", quoted, flags=re.S) if quoted else (bare or quoted))
         for k, quoted, bare in _JAAS_OPTION.findall(m.group("body"))
     }
     return _JAAS_MODULES[m.group("module")], options
 
 
 def _move(conf: dict[str, str], java: str, rdkafka: str) -> None:
-    """Rename `java` to `rdkafka`, refusing two different values for one setting."""
+    """Rename `java` to `rdkafka`, refusing two different values (case aside) for one
+    setting."""
     if java not in conf:
         return
     value = conf.pop(java)
-    if rdkafka in conf and conf[rdkafka] != value:
+    if rdkafka in conf and conf[rdkafka].strip().upper() != value.strip().upper():
         raise OptionError(
             _opt(java), f"conflicts with kafka.{rdkafka} (the same setting in librdkafka's "
                         f"spelling) set to another value; keep one of the two")
@@ -114,8 +117,11 @@ def _read_store(option: str, location: str) -> bytes:
 
 
 def _pkcs12(option: str, location: str, password: str | None):
+    """(key, certificate, additional certificates) of the PKCS#12 store at `location`, given by
+    the option `option` (ssl.truststore.location or ssl.keystore.location)."""
     from cryptography.hazmat.primitives.serialization import pkcs12
 
+    password_option = option.replace(".location", ".password")
     data = _read_store(option, location)
     if data[:4] == b"\xfe\xed\xfe\xed":
         raise OptionError(
@@ -128,9 +134,15 @@ def _pkcs12(option: str, location: str, password: str | None):
     try:
         return pkcs12.load_key_and_certificates(data, password.encode() if password else None)
     except ValueError:
+        pass
+    if password:
         raise OptionError(
-            _opt(option), f"{location!r} is not a PKCS12 store that opens with the given "
-                          f"password (check the matching .password option)") from None
+            _opt(password_option),
+            f"does not open the PKCS12 store {location!r} (kafka.{option}): wrong password, or "
+            f"not a PKCS12 file") from None
+    raise OptionError(
+        _opt(option), f"{location!r} is not a PKCS12 store that opens without a password: "
+                      f"set kafka.{password_option}")
 
 
 def _pem(cert) -> str:
@@ -173,8 +185,13 @@ def _translate_keystore(conf: dict[str, str]) -> None:
     kind = conf.pop("ssl.keystore.type", "").upper()
     key_password = conf.pop("ssl.key.password", None)
     if "ssl.keystore.key" in conf or "ssl.keystore.certificate.chain" in conf:
-        conf["ssl.key.pem"] = conf.pop("ssl.keystore.key", "")
-        conf["ssl.certificate.pem"] = conf.pop("ssl.keystore.certificate.chain", "")
+        for given, other in (("ssl.keystore.key", "ssl.keystore.certificate.chain"),
+                             ("ssl.keystore.certificate.chain", "ssl.keystore.key")):
+            if not conf.get(other, "").strip():
+                raise OptionError(_opt(other), f"is required with kafka.{given}: the client "
+                                               f"certificate chain and its private key, in PEM")
+        conf["ssl.key.pem"] = conf.pop("ssl.keystore.key")
+        conf["ssl.certificate.pem"] = conf.pop("ssl.keystore.certificate.chain")
         if key_password:
             conf["ssl.key.password"] = key_password
         return
@@ -206,6 +223,16 @@ def _translate_keystore(conf: dict[str, str]) -> None:
     conf["ssl.certificate.pem"] = "".join(_pem(c) for c in [cert, *(extra or [])])
 
 
+def _set_once(conf: dict[str, str], name: str, value: str, jaas_name: str) -> None:
+    """Set `name` from the JAAS option `jaas_name`, refusing another value already given."""
+    if conf.get(name, value) != value:
+        raise OptionError(
+            _opt("sasl.jaas.config"),
+            f"its {jaas_name} differs from kafka.{name}: the same setting given twice with "
+            f"different values; keep one of the two")
+    conf[name] = value
+
+
 def _translate_jaas(conf: dict[str, str]) -> None:
     if "sasl.jaas.config" not in conf:
         return
@@ -216,27 +243,33 @@ def _translate_jaas(conf: dict[str, str]) -> None:
             _opt("sasl.jaas.config"),
             "Kerberos (GSSAPI) is not supported: the exactly-once commit cannot speak it. "
             "Use PLAIN, SCRAM-SHA-256/512 or OAUTHBEARER")
+    expected = {"PLAIN": ("PLAIN",), "SCRAM": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+                "OAUTHBEARER": ("OAUTHBEARER",)}[family]
+    if mechanism and mechanism not in expected:
+        raise OptionError(
+            _opt("sasl.jaas.config"),
+            f"its login module is for {' or '.join(expected)} but kafka.sasl.mechanism is "
+            f"{mechanism}")
+    if not mechanism and len(expected) > 1:
+        # Java defaults to GSSAPI; guessing one SCRAM hash would fail as a wrong password.
+        raise OptionError(
+            _opt("sasl.mechanism"),
+            f"is required with a {family} login module in kafka.sasl.jaas.config: "
+            f"{' or '.join(expected)}, as the broker's listener expects")
+    conf["sasl.mechanisms"] = mechanism or expected[0]
     if family in ("PLAIN", "SCRAM"):
-        expected = ("PLAIN",) if family == "PLAIN" else ("SCRAM-SHA-256", "SCRAM-SHA-512")
-        if mechanism and mechanism not in expected:
-            raise OptionError(
-                _opt("sasl.jaas.config"),
-                f"its login module is for {' or '.join(expected)} but kafka.sasl.mechanism is "
-                f"{mechanism}")
         if "username" not in jaas or "password" not in jaas:
             raise OptionError(_opt("sasl.jaas.config"),
                               "must give both username=\"...\" and password=\"...\"")
-        conf.setdefault("sasl.mechanisms", expected[0] if family == "PLAIN" else "SCRAM-SHA-512")
-        conf["sasl.username"] = jaas["username"]
-        conf["sasl.password"] = jaas["password"]
+        _set_once(conf, "sasl.username", jaas["username"], "username")
+        _set_once(conf, "sasl.password", jaas["password"], "password")
         return
     # OAUTHBEARER: Java's OIDC client credentials live in the JAAS options.
-    conf.setdefault("sasl.mechanisms", "OAUTHBEARER")
     for java, rd in (("clientId", "sasl.oauthbearer.client.id"),
                      ("clientSecret", "sasl.oauthbearer.client.secret"),
                      ("scope", "sasl.oauthbearer.scope")):
         if java in jaas:
-            conf[rd] = jaas[java]
+            _set_once(conf, rd, jaas[java], java)
     if "sasl.oauthbearer.token.endpoint.url" in conf:
         conf.setdefault("sasl.oauthbearer.method", "oidc")
 
@@ -319,7 +352,8 @@ class OidcTokenProvider:
         with self._lock:
             if self._token is None or time.monotonic() > self._expires:
                 self._token, lifetime = self._fetch()
-                self._expires = time.monotonic() + max(lifetime * 0.8, 1.0)
+                # renewed at 80% of its lifetime, never used past it
+                self._expires = time.monotonic() + max(lifetime, 0.0) * 0.8
             return self._token
 
     def extensions(self) -> dict[str, str]:
@@ -335,23 +369,49 @@ class OidcTokenProvider:
                      "Accept": "application/json"})
         import base64
 
+        # RFC 6749 2.3.1 (and Java's client): each form-urlencoded, then Basic
+        form_encode = lambda v: urllib.parse.quote_plus(v, safe="")  # noqa: E731
         basic = base64.b64encode(
-            f"{urllib.parse.quote(self._client_id)}:{urllib.parse.quote(self._secret)}".encode()
+            f"{form_encode(self._client_id)}:{form_encode(self._secret)}".encode()
         ).decode()
         request.add_header("Authorization", f"Basic {basic}")
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:
                 body = json.load(response)
-        except Exception as e:  # the message of an HTTP error never holds our secret
+        except Exception as e:  # noqa: BLE001 - every failure is the endpoint's
             raise OptionError(
                 _opt("sasl.oauthbearer.token.endpoint.url"),
-                f"no token from {self._endpoint}: {type(e).__name__}: {e} (check "
-                f"kafka.sasl.oauthbearer.client.id and kafka.sasl.oauthbearer.client.secret)"
+                f"no token from {self._endpoint}: {type(e).__name__}: {self._hide(str(e))}"
+                f"{self._error_of(e)} (check kafka.sasl.oauthbearer.client.id and "
+                f"kafka.sasl.oauthbearer.client.secret)"
             ) from None
-        if "access_token" not in body:
+        token = body.get("access_token") if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
             raise OptionError(_opt("sasl.oauthbearer.token.endpoint.url"),
                               f"the answer of {self._endpoint} has no access_token")
-        return body["access_token"], float(body.get("expires_in", 300))
+        try:
+            lifetime = float(body.get("expires_in", 300))
+        except (TypeError, ValueError):
+            lifetime = 300.0
+        return token, lifetime
+
+    def _hide(self, text: str) -> str:
+        return text.replace(self._secret, "***") if self._secret else text
+
+    def _error_of(self, e: Exception) -> str:
+        """The OAuth error of a refused request (RFC 6749 5.2: error, error_description)."""
+        if not isinstance(e, urllib.error.HTTPError):
+            return ""
+        try:
+            answer = json.loads(e.read(4096) or b"{}")
+        except Exception:  # noqa: BLE001 - not JSON: nothing more to say
+            return ""
+        if not isinstance(answer, dict) or "error" not in answer:
+            return ""
+        text = str(answer["error"])
+        if answer.get("error_description"):
+            text += f": {answer['error_description']}"
+        return f" ({self._hide(text[:300])})"
 
 
 def _oauth_provider(conf: Mapping[str, str]):
@@ -375,17 +435,22 @@ def ssl_context(conf: Mapping[str, str]) -> ssl.SSLContext:
     """An SSL context from librdkafka's TLS properties (files, PEM strings, PKCS12)."""
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     ca = conf.get("ssl.ca.location")
-    try:
-        if ca and ca != "probe":
+    if ca and ca != "probe":  # "probe": librdkafka's system CAs, which the default context has
+        try:
             if os.path.isdir(ca):
                 ctx.load_verify_locations(capath=ca)
             else:
                 ctx.load_verify_locations(cafile=ca)
-        if conf.get("ssl.ca.pem"):
+        except (OSError, ssl.SSLError) as e:
+            raise OptionError(_opt("ssl.ca.location"),
+                              f"cannot load the CA certificates of {ca!r}: "
+                              f"{getattr(e, 'strerror', None) or e}") from None
+    if conf.get("ssl.ca.pem"):
+        try:
             ctx.load_verify_locations(cadata=conf["ssl.ca.pem"])
-    except (OSError, ssl.SSLError) as e:
-        raise OptionError(_opt("ssl.ca.location" if ca else "ssl.ca.pem"),
-                          f"cannot load the CA certificates: {e}") from None
+        except (OSError, ssl.SSLError, ValueError) as e:
+            raise OptionError(_opt("ssl.ca.pem"),
+                              f"cannot load the CA certificates: {e}") from None
     if conf.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
         ctx.check_hostname = False
     if conf.get("enable.ssl.certificate.verification", "true").lower() == "false":
@@ -404,17 +469,30 @@ def _load_client_certificate(ctx: ssl.SSLContext, conf: dict[str, str]) -> None:
     cert_pem, key_pem = conf.get("ssl.certificate.pem"), conf.get("ssl.key.pem")
     password = conf.get("ssl.key.password") or None
     if not (cert_file or cert_pem):
+        if key_file or key_pem:
+            raise OptionError(
+                _opt("ssl.certificate.location"),
+                f"is required with kafka.{'ssl.key.location' if key_file else 'ssl.key.pem'}: "
+                f"the client certificate that goes with the key (or kafka.ssl.certificate.pem)")
         return
     try:
         if cert_pem or key_pem:  # the ssl module loads chains from files only
             with tempfile.TemporaryDirectory(prefix="kafka-eos-tls-") as d:
-                cert_path, key_path = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
-                for path, text, file in ((cert_path, cert_pem, cert_file),
-                                         (key_path, key_pem, key_file)):
+                paths = []
+                for name, text, file in (("cert.pem", cert_pem, cert_file),
+                                         ("key.pem", key_pem, key_file)):
+                    if not text and not file:
+                        paths.append(None)  # the key is in the certificate's PEM
+                        continue
+                    if not text:
+                        with open(file) as f:
+                            text = f.read()
+                    path = os.path.join(d, name)
                     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                     with os.fdopen(fd, "w") as f:
-                        f.write(text if text else open(file or "").read())
-                ctx.load_cert_chain(cert_path, key_path, password)
+                        f.write(text)
+                    paths.append(path)
+                ctx.load_cert_chain(paths[0], paths[1], password)
         else:
             ctx.load_cert_chain(cert_file, key_file or None, password)
     except (OSError, ssl.SSLError) as e:
@@ -450,9 +528,20 @@ def kafka_python_config(conf: Mapping[str, str]) -> dict[str, Any]:
 # -- what to tell the user when the cluster refuses us --------------------------------------
 
 
+def _has_client_certificate(conf: Mapping[str, str]) -> bool:
+    return any(conf.get(k) for k in ("ssl.certificate.location", "ssl.certificate.pem",
+                                     "ssl.keystore.location", "ssl.keystore.certificate.chain"))
+
+
+#: How a broker that requires client certificates looks to a client that sends none: it
+#: drops the connection (TLS 1.3 alerts after the handshake, so no alert may be seen).
+_DROPPED = ("socket disconnected", "brokers are down", "disconnected")
+
+
 def connection_hint(conf: Mapping[str, str], detail: str) -> str:
     """Which `kafka.*` options to check for a failed connection, from what failed."""
     protocol = protocol_of(conf)
+    tls = protocol in ("SSL", "SASL_SSL")
     d = detail.lower()
     if "sasl" in d and ("auth" in d or "credential" in d or "password" in d):
         return ("the broker refused the SASL credentials: check kafka.sasl.username, "
@@ -465,13 +554,19 @@ def connection_hint(conf: Mapping[str, str], detail: str) -> str:
     if "hostname" in d or "ip address mismatch" in d:
         return ("the broker's certificate is for another host name: connect by a name the "
                 "certificate lists, or set kafka.ssl.endpoint.identification.algorithm to none")
-    if "certificate required" in d or "alert certificate" in d or "handshake failure" in d \
-            and protocol in ("SSL", "SASL_SSL"):
+    if tls and ("certificate required" in d or "alert certificate" in d
+                or "handshake failure" in d):
         return ("the broker wants a client certificate: set kafka.ssl.certificate.location and "
                 "kafka.ssl.key.location (or kafka.ssl.keystore.location)")
-    if protocol in ("SSL", "SASL_SSL") and ("wrong version" in d or "record layer" in d
-                                            or "unexpected eof" in d or "ssl" in d):
-        return (f"the TLS handshake failed ({protocol}): is the port a TLS listener? check "
+    if tls and ("wrong version" in d or "record layer" in d or "unexpected eof" in d
+                or "ssl" in d):
+        hint = (f"the TLS handshake failed ({protocol}): is the port a TLS listener? check "
                 "kafka.security.protocol and kafka.bootstrap.servers")
-    return (f"check kafka.bootstrap.servers and kafka.security.protocol ({protocol}): does the "
-            "listener at that address speak it?")
+    else:
+        hint = (f"check kafka.bootstrap.servers and kafka.security.protocol ({protocol}): does "
+                "the listener at that address speak it?")
+    if tls and not _has_client_certificate(conf) and any(w in d for w in _DROPPED):
+        hint += ("; and if the broker requires client certificates (mTLS), set "
+                 "kafka.ssl.certificate.location and kafka.ssl.key.location (or "
+                 "kafka.ssl.keystore.location)")
+    return hint
