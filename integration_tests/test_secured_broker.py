@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import socket
 import ssl
 import struct
@@ -24,7 +26,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import pkcs12
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonNewTopic
-from kafka.errors import SaslAuthenticationFailedError
+from kafka.errors import SaslAuthenticationFailedError, UnsupportedSaslMechanismError
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
@@ -346,6 +348,17 @@ def test_wrong_credentials_refused_by_kafka_python(brokers: dict, scenario: tupl
     assert time.monotonic() - start < 5
 
 
+def test_mechanism_not_enabled_refused(sasl_ssl: SecuredBroker) -> None:
+    """A client set up for PLAIN against the SCRAM-SHA-256 listener is told which mechanisms
+    the listener has, by both clients, within seconds."""
+    error, seconds, _ = _first_error(_conf(sasl_ssl, **{"sasl.mechanisms": "PLAIN"}),
+                                     {KafkaError._AUTHENTICATION})
+    assert error is not None and "SCRAM-SHA-256" in error.str(), error
+    assert seconds < 5
+    error = _kafka_python_connect(_kafka_python_conf(sasl_ssl, sasl_mechanism="PLAIN"))
+    assert isinstance(error, UnsupportedSaslMechanismError), repr(error)
+
+
 def test_non_sasl_request_before_authentication_closes(sasl_plaintext: SecuredBroker) -> None:
     """A client that skips SASL gets the broker's ApiVersions answer, but its next request
     (Metadata) ends the connection unanswered, as on a secured broker."""
@@ -459,3 +472,20 @@ def test_mtls_refuses_client_without_certificate(mtls: SecuredBroker) -> None:
     assert _kafka_python_connect(conf) is not None
     assert _kafka_python_connect(_kafka_python_conf(mtls)) is None
     assert AdminClient(_conf(mtls)).list_topics(timeout=10).brokers
+
+
+# -- the broker process ---------------------------------------------------------------------
+
+
+def test_pid_is_the_broker_behind_the_proxy(brokers: dict) -> None:
+    """`pid` is Tansu's: frozen (SIGSTOP), the secured address stops answering; resumed, it
+    answers again (tests build broker-outage scenarios on this)."""
+    b = brokers[("SASL_PLAINTEXT", "SCRAM-SHA-512", False)]
+    assert b.pid is not None
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(KafkaException):
+            AdminClient({**_conf(b), "log_level": 0}).list_topics(timeout=2)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    assert AdminClient(_conf(b)).list_topics(timeout=10).brokers

@@ -485,7 +485,9 @@ class KafkaProxy:
                 )
                 await self._respond(writer, response, correlation_id)
                 if not ok:
-                    return finish(f"failed: mechanism {mechanism} not enabled")
+                    refused = finish(f"failed: mechanism {mechanism} not enabled")
+                    await self._linger(reader)
+                    return refused
                 session = self._session(mechanism)
                 if version == 0:
                     # SaslHandshake v0: the SASL tokens follow as bare size-prefixed frames.
@@ -542,6 +544,7 @@ class KafkaProxy:
                         ),
                         correlation_id,
                     )
+                    await self._linger(reader)
             return finish(f"closed: api key {api_key} v{version} before authentication")
 
     async def _raw_tokens(
