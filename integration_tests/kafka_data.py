@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
@@ -22,8 +23,10 @@ def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(bootstrap: str, topic: str, partitions: int,
+                 conf: Mapping[str, str] | None = None) -> None:
+    """`conf`: extra client settings (librdkafka names), e.g. a secured cluster's."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(conf or {})})
     for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         future.result(timeout=30)
 
@@ -42,6 +45,7 @@ def produce(
     *,
     start_index: int = 0,
     headers: bool = False,
+    conf: Mapping[str, str] | None = None,
 ) -> list[Record]:
     """Produce `per_partition` keyed records to each partition; return what the log now holds.
 
@@ -49,7 +53,8 @@ def produce(
     broker's ListOffsets reports the last batch's base offset + 1 (DESIGN.md section 6).
     Offsets are taken from the delivery reports, so the expectation is the broker's own word.
     """
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
+                         **(conf or {})})
     delivered: list[Record] = []
 
     def on_delivery(err, msg):

@@ -2,20 +2,24 @@
 applies the COMMIT/ABORT control markers itself, because the local broker's read_committed
 does not hide aborted records (DESIGN.md section 6). A transactional batch from producer P on
 a partition counts only if P's next control marker there is COMMIT; a non-transactional batch
-counts at once. Used by the tests and by `connectors demo`. Uses kafka-python's protocol layer
-and record parser, not the product's code.
+counts at once. Used by the tests and by `connectors demo`. Uses kafka-python's client, protocol
+layer and record parser, not the product's commit code; only the translation of the `kafka.*`
+security options to kafka-python's settings is shared (so that it reads secured clusters too).
 """
 
 from __future__ import annotations
 
-import socket
 import struct
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
-from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.record.memory_records import MemoryRecords
+
+from connectors.kafka_security import kafka_python_config
 
 FETCH_VERSION = 4  # record batches v2, isolation level
 
@@ -37,7 +41,7 @@ class PartitionLog:
     markers: list[tuple[int, int, str]]  # (offset, producer id, "COMMIT"/"ABORT")
 
 
-def _fetch(host: str, port: int, topic: str, partition: int, offset: int):
+def _fetch(client: KafkaNetClient, node_id: int, topic: str, partition: int, offset: int):
     req = FetchRequest(
         replica_id=-1, max_wait_ms=200, min_bytes=1, max_bytes=8 << 20, isolation_level=0,
         topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
@@ -46,36 +50,40 @@ def _fetch(host: str, port: int, topic: str, partition: int, offset: int):
         ])],
         version=FETCH_VERSION,
     )
-    req.with_header(correlation_id=7, client_id="eos-oracle")
-    with socket.create_connection((host, port), timeout=30) as sock:
-        sock.sendall(req.encode(version=FETCH_VERSION, header=True, framed=True))
-        size = struct.unpack(">i", _exactly(sock, 4))[0]
-        resp = FetchResponse.decode(_exactly(sock, size), version=FETCH_VERSION, header=True)
+    resp = client.send_and_receive(node_id, req, timeout_ms=30_000)
     part = resp.responses[0].partitions[0]
     if part.error_code:
         raise RuntimeError(f"Fetch {topic}-{partition}@{offset}: error {part.error_code}")
     return part.high_watermark, part.records
 
 
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return bytes(buf)
+def _clients(bootstrap: str, options: Mapping[str, str] | None):
+    """A metadata client and a fetching client for the cluster, TLS and SASL per `options`
+    (librdkafka property names, as the pipelines' `kafka.*` options without the prefix)."""
+    conf = {"bootstrap.servers": bootstrap, **(options or {})}
+    net = KafkaNetClient(**kafka_python_config(conf))
+    net.check_version(timeout_ms=30_000)  # bootstraps: the brokers' node ids become known
+    return AdminClient(conf), net
 
 
-def read_partition(bootstrap: str, topic: str, partition: int) -> PartitionLog:
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+def read_partition(bootstrap: str, topic: str, partition: int,
+                   options: Mapping[str, str] | None = None) -> PartitionLog:
+    admin, net = _clients(bootstrap, options)
+    try:
+        return _read_partition(admin, net, topic, partition)
+    finally:
+        net.close()
+
+
+def _read_partition(admin: AdminClient, net: KafkaNetClient, topic: str,
+                    partition: int) -> PartitionLog:
+    md = admin.list_topics(topic, timeout=10)
     leader = md.topics[topic].partitions[partition].leader
-    broker = md.brokers[leader]
     result = PartitionLog([], [], [], [])
     pending: dict[int, list[OutRecord]] = defaultdict(list)
     offset, high = 0, None
     while high is None or offset < high:
-        high, records = _fetch(broker.host, broker.port, topic, partition, offset)
+        high, records = _fetch(net, leader, topic, partition, offset)
         if not records:
             break
         progressed = False
@@ -103,10 +111,15 @@ def read_partition(bootstrap: str, topic: str, partition: int) -> PartitionLog:
     return result
 
 
-def committed(bootstrap: str, topic: str) -> list[OutRecord]:
+def committed(bootstrap: str, topic: str,
+              options: Mapping[str, str] | None = None) -> list[OutRecord]:
     """Every committed record of every partition of `topic`, in (partition, offset) order."""
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    out: list[OutRecord] = []
-    for p in sorted(md.topics[topic].partitions):
-        out.extend(read_partition(bootstrap, topic, p).committed)
-    return sorted(out)
+    admin, net = _clients(bootstrap, options)
+    try:
+        md = admin.list_topics(topic, timeout=10)
+        out: list[OutRecord] = []
+        for p in sorted(md.topics[topic].partitions):
+            out.extend(_read_partition(admin, net, topic, p).committed)
+        return sorted(out)
+    finally:
+        net.close()

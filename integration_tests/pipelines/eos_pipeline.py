@@ -7,13 +7,16 @@ checkpoint.
         [--master local[2,4]] [--guarantee G] [--sink-option KEY=VALUE ...] [--no-daemon]
 
 `--pg-table` writes to PostgreSQL at the libpq URL in the environment variable EOS_PG_URL (an
-environment variable, not an argument: it holds a password, and argv is public).
+environment variable, not an argument: it holds a password, and argv is public). For the same
+reason the `kafka.*` security options of a secured cluster (source and Kafka sink) come as a
+JSON object in EOS_KAFKA_OPTIONS.
 
 Fault points come from KAFKA_EOS_FAULTS (sinks/faults.py); this script names its own process
 group in KAFKA_EOS_KILL_PGID so that a fault inside a Python worker kills the whole pipeline.
 """
 
 import argparse
+import json
 import os
 
 from sinks.faults import ENV, PGID_ENV
@@ -51,8 +54,10 @@ if args.no_daemon:
 from connectors.testing import local_spark  # noqa: E402  (after the environment is set)
 
 spark = local_spark("eos-pipeline", master=args.master, conf=conf)
+kafka_options = json.loads(os.environ.get("EOS_KAFKA_OPTIONS", "{}"))
 events = (
     spark.readStream.format("kafka-eos")
+    .options(**kafka_options)
     .option("kafka.bootstrap.servers", args.bootstrap)
     .option("subscribe", args.topic)
     .option("startingOffsets", "earliest")
@@ -77,6 +82,7 @@ else:
     writer = (
         events.select("key", "value")
         .writeStream.format("kafka-eos")
+        .options(**kafka_options)
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("topic", args.out_topic)
     )
