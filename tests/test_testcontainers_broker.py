@@ -78,7 +78,12 @@ def test_one_kraft_node_holds_transaction_state_and_offsets_with_one_replica():
     assert props["controller.quorum.voters"] == f"1@localhost:{b.CONTROLLER_PORT}"
     assert props["node.id"] == "1"
     assert "zookeeper.connect" not in props
-    assert s.env["CLUSTER_ID"] and len(s.env["CLUSTER_ID"]) == 22
+    # Kafka's Uuid.fromString: URL-safe base64 of exactly 16 bytes.
+    import base64
+
+    raw = base64.urlsafe_b64decode(s.env["CLUSTER_ID"] + "==")
+    assert len(raw) == 16 and any(raw)
+    assert base64.urlsafe_b64encode(raw).decode().rstrip("=") == s.env["CLUSTER_ID"]
     # Every variable the settings set means the property they were built from.
     assert props == s.properties
 
