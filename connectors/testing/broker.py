@@ -289,7 +289,9 @@ class KafkaContainerSettings:
 
     def start_script(self, host: str, mapped: Mapping[int, int]) -> str:
         advertised = shlex.quote(self.advertised_listeners(host, mapped))
-        lines = ["#!/bin/bash", "set -euo pipefail", f"export KAFKA_ADVERTISED_LISTENERS={advertised}"]
+        lines = [
+            "#!/bin/bash", "set -euo pipefail", f"export KAFKA_ADVERTISED_LISTENERS={advertised}"
+        ]
         if self.secured is not None:
             # The SCRAM user goes into the bootstrap metadata at format time (KIP-900). The
             # image's own format then finds the directory formatted, which it accepts.
@@ -400,14 +402,19 @@ def _kafka_container(
         if not wrapped.put_archive("/", _tar(settings.start_files(host, mapped))):
             raise RuntimeError("could not copy the start script into the Kafka container")
 
+        def logs() -> str:
+            return wrapped.logs().decode(errors="replace")[-4000:]
+
         def alive() -> None:
             wrapped.reload()
             if wrapped.status in ("exited", "dead"):
-                logs = wrapped.logs().decode(errors="replace")[-4000:]
-                raise RuntimeError(f"the Kafka container exited during start-up:\n{logs}")
+                raise RuntimeError(f"the Kafka container exited during start-up:\n{logs()}")
 
         bootstrap = f"{host}:{mapped[PLAINTEXT_PORT]}"
-        _wait_until_ready(bootstrap, None, timeout_s, alive=alive)
+        try:
+            _wait_until_ready(bootstrap, None, timeout_s, alive=alive)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\nthe Kafka container's log ends:\n{logs()}") from None
         log.info("Apache Kafka (%s) in Docker at %s", settings.image, bootstrap)
         try:
             yield container, host, mapped
@@ -457,13 +464,19 @@ def secured_container(
     with _kafka_container(kafka_container_settings(secured)) as (container, host, mapped):
         sasl_bootstrap = f"{host}:{mapped[SECURED_PORT]}"
         # The secured listener must work too, or the caller's tests would fail less clearly.
-        _wait_until_ready(sasl_bootstrap, None, 60, client_config={
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanism": SCRAM_MECHANISM,
-            "sasl.username": user,
-            "sasl.password": password,
-            "ssl.ca.pem": secured.ca_pem,
-        })
+        try:
+            _wait_until_ready(sasl_bootstrap, None, 60, client_config={
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": SCRAM_MECHANISM,
+                "sasl.username": user,
+                "sasl.password": password,
+                "ssl.ca.pem": secured.ca_pem,
+            })
+        except RuntimeError as e:
+            tail = container.get_wrapped_container().logs().decode(errors="replace")[-4000:]
+            raise RuntimeError(
+                f"SASL_SSL listener: {e}\nthe Kafka container's log ends:\n{tail}"
+            ) from None
         broker = Broker(f"{host}:{mapped[PLAINTEXT_PORT]}", "testcontainers", container=container)
         yield sasl_bootstrap, broker
 
