@@ -75,7 +75,12 @@ class KafkaEosDataSource(DataSource):
 
 
 def _read(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    assert isinstance(partition, KafkaInputPartition)
+    if not isinstance(partition, KafkaInputPartition):
+        # A batch read with nothing to read: PySpark runs one task with InputPartition(None)
+        # when the plan is empty (pyspark/sql/worker/plan_data_source_read.py).
+        if getattr(partition, "value", None) is None:
+            return iter(())
+        raise TypeError(f"kafka-eos: not a partition of this source: {partition!r}")
     return read_range(
         partition.range,
         options.kafka_conf,

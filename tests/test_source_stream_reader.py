@@ -300,3 +300,14 @@ def test_batch_read_latest_end_that_went_back_is_fetched_again():
     meta = FakeMetadata([{P0: 340}, {P0: 328}, {P0: 341}])
     assert _batch_plan(opts, meta) == [OffsetRange("lat", 0, 338, 341)]
     assert meta.calls.count("watermarks") == 3
+
+
+def test_batch_read_with_nothing_to_read_yields_nothing():
+    """PySpark runs one task with InputPartition(None) when a batch read's plan is empty (an
+    empty topic, or an end equal to the start): it reads nothing instead of failing."""
+    from pyspark.sql.datasource import InputPartition
+
+    opts = _batch(endingTimestamp="1000")
+    meta = FakeMetadata([{P0: 30}], by_time={(P0, 1000): 0})
+    assert _batch_plan(opts, meta) == []
+    assert list(KafkaBatchReader(opts).read(InputPartition(None))) == []
