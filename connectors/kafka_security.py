@@ -433,8 +433,11 @@ def _oauth_provider(conf: Mapping[str, str]):
 
 def ssl_context(conf: Mapping[str, str]) -> ssl.SSLContext:
     """An SSL context from librdkafka's TLS properties (files, PEM strings, PKCS12)."""
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    # Trust what librdkafka trusts: the configured CAs only, the system's when none is.
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the host name
     ca = conf.get("ssl.ca.location")
+    if (not ca or ca == "probe") and not conf.get("ssl.ca.pem"):
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
     if ca and ca != "probe":  # "probe": librdkafka's system CAs, which the default context has
         try:
             if os.path.isdir(ca):
