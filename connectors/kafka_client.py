@@ -139,6 +139,18 @@ def _connected_consumer(conf: Mapping[str, str], timeout_s: float) -> Consumer:
                     f"({protocol_of(conf)}): {text}. {connection_hint(conf, text)}") from None
 
 
+_CHECKED: set[tuple] = set()
+
+
+def check_connection(conf: Mapping[str, str], timeout_s: float = 10.0) -> None:
+    """Once per process and configuration: connect and authenticate as librdkafka would, so a
+    cluster that refuses us fails the query at its start (ClusterConnectionError)."""
+    key = tuple(sorted(conf.items()))
+    if key not in _CHECKED:
+        _connected_consumer(conf, timeout_s).close()
+        _CHECKED.add(key)
+
+
 class KafkaMetadata:
     """Driver-side look-ups (topics, watermarks, offsets by time) with bounded retries."""
 

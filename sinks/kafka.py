@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 from confluent_kafka import KafkaError, KafkaException, Producer
-from pyspark.sql.datasource import DataSourceStreamWriter
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 
 from connectors.kafka_client import (
     broker_max_transaction_timeout_ms,
+    check_connection,
     is_transient,
     librdkafka_conf,
 )
@@ -50,6 +51,7 @@ from sinks.kafka_commit import (
     TxnRequestError,
     TxnStateInvalid,
     acl_needed,
+    check_cluster,
     end_offsets,
     end_transaction,
     fence_transactional_id,
@@ -73,6 +75,11 @@ FORMAT_NAME = "kafka-eos"
 #: The sink's own options (besides the template's and `kafka.*`); anything else is refused.
 OPTIONS = ("topic", "transactionalIdPrefix", "flushTimeout")
 OPTION_PREFIXES = ("kafka.",)
+#: A batch write's transactional ids: `<transactionalIdPrefix or this>-<job id>-<p>-<a>`.
+BATCH_PREFIX = "kafka-eos-batch"
+#: A failed batch job's ids are fenced for attempts 0..this-1 of every partition (Spark's
+#: default spark.task.maxFailures), and for any higher attempt its messages show.
+BATCH_ABORT_ATTEMPTS = 4
 _TEXT_OR_BYTES = (StringType, BinaryType)
 
 
@@ -93,8 +100,14 @@ class KafkaSinkOptions:
         _check_transaction_timeout(conf.get("transaction.timeout.ms"))
         topic = opts.get("topic")
         _check_schema(schema, topic)
-        prefix = opts.get("transactionalIdPrefix") or default_prefix(
-            settings.checkpoint_location, conf["bootstrap.servers"], topic)
+        if settings.batch_job:
+            # One set of ids per job: concurrent batch jobs never fence each other, and a
+            # failed job's ids can all be fenced (abortJob). Under the user's prefix, if set,
+            # so the prefixed TransactionalId ACL still covers them.
+            prefix = f"{opts.get('transactionalIdPrefix') or BATCH_PREFIX}-{settings.job_id}"
+        else:
+            prefix = opts.get("transactionalIdPrefix") or default_prefix(
+                settings.checkpoint_location, conf["bootstrap.servers"], topic)
         return cls(conf, topic, prefix, opts.get_duration_ms("flushTimeout", 60_000) / 1000)
 
 
@@ -416,7 +429,10 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         above them, so a transaction whose commit is in doubt can be settled by reading the
         output from there rather than from the log start."""
         if not self._exactly_once:
+            check_connection(self.options.kafka_conf)  # the tasks' producers' settings
             return
+        # the commit client's TLS and SASL: a refusal fails the query now, naming the option
+        check_cluster(self.options.kafka_conf)
         self.transaction_timeout_ms = _resolve_transaction_timeout(self.options.kafka_conf)
         self.scan_from = {}
         if self.options.topic:
@@ -628,6 +644,27 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             except (TransientTxnError, TxnRequestError) as e:
                 log.warning("%s: could not abort %s: %s", self.describe(), h["transactional_id"], e)
 
+    def abortJob(self, handles: list[Handle], partitions: int) -> None:
+        """A failed batch job: abort the handles Spark reported, then fence every id the job's
+        tasks may have used (`<prefix>-<p>-<a>`, the prefix holding the job id), which aborts
+        what tasks Spark did not report left open: those still running when the job failed,
+        or killed. Ids never used cost a coordinator entry each, on this failure path only."""
+        self.abort(handles)
+        attempts = max([BATCH_ABORT_ATTEMPTS - 1] + [
+            int(h["transactional_id"].rsplit("-", 1)[1]) for h in handles
+            if "transactional_id" in h
+        ])
+        timeout_ms = self.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
+        for partition in range(partitions):
+            for attempt in range(attempts + 1):
+                tid = transactional_id(self.options.prefix, partition, attempt)
+                try:
+                    fence_transactional_id(self.options.kafka_conf, tid, timeout_ms)
+                except TxnAuthorizationError as e:
+                    raise self._acl_error(e) from e
+                except (TransientTxnError, TxnRequestError) as e:
+                    log.warning("%s: could not fence %s: %s", self.describe(), tid, e)
+
     def isTransient(self, exc: BaseException) -> bool:
         """Definite Kafka errors (authorization, a refusal the output settled, any error
         Kafka does not call retriable) fail the commit at once instead of until commitTimeout."""
@@ -676,6 +713,23 @@ def _scan_starts(h: Handle) -> dict[tuple[str, int], int | None]:
     start, for handles without the batch's end offsets)."""
     starts = {(t, int(p)): int(o) for t, p, o in h.get("scan_from", [])}
     return {(t, int(p)): starts.get((t, int(p))) for t, p in h.get("partitions", [])}
+
+
+def kafka_batch_writer(
+    raw_options: dict[str, str], schema: StructType, overwrite: bool
+) -> DataSourceArrowWriter:
+    """The writer behind `df.write.format("kafka-eos").mode("append").save()`: the same
+    protocol with the job in place of the micro-batch (sinks/two_phase_commit.py)."""
+    if overwrite:
+        raise OptionError(
+            "mode", "kafka-eos batch writes append to the topic: mode 'overwrite' is refused; "
+            'use .mode("append")',
+        )
+    opts = Options(raw_options)
+    reject_unknown_options(opts, OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME,
+                           batch=True)
+    settings = SinkSettings.for_batch_job(FORMAT_NAME, opts)
+    return KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema)).batchWriter()
 
 
 def kafka_stream_writer(

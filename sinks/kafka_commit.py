@@ -205,6 +205,8 @@ class CommitClient:
         self._config = kafka_python_config(self.conf)
         self._lock = threading.RLock()
         self._client: KafkaNetClient | None = None
+        #: `check_cluster` passed once: later batches do not pay for the check again.
+        self.verified = False
 
     def __repr__(self) -> str:  # the configuration holds secrets
         return f"CommitClient({self.conf.get('bootstrap.servers')!r}, " \
@@ -334,15 +336,18 @@ def close_commit_clients() -> None:
 
 
 def check_cluster(cluster: Cluster, timeout_s: float = 10.0) -> None:
-    """Connect and authenticate now, so that wrong credentials, an untrusted certificate or the
+    """Once per process and configuration: connect and authenticate now, so that wrong credentials, an untrusted certificate or the
     wrong protocol fail the query at its start, naming the options, within seconds. A cluster
     that does not answer at all is retried until `timeout_s`, then refused the same way."""
     client = commit_client(cluster)
+    if client.verified:
+        return
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             client.call(MetadataRequest(topics=[], allow_auto_topic_creation=False, version=4),
                         timeout_s=max(1.0, min(5.0, deadline - time.monotonic())))
+            client.verified = True
             return
         except TransientTxnError as e:
             if time.monotonic() > deadline:
