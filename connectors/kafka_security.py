@@ -538,7 +538,8 @@ def _has_client_certificate(conf: Mapping[str, str]) -> bool:
 
 #: How a broker that requires client certificates looks to a client that sends none: it
 #: drops the connection (TLS 1.3 alerts after the handshake, so no alert may be seen).
-_DROPPED = ("socket disconnected", "brokers are down", "disconnected")
+_DROPPED = ("socket disconnected", "brokers are down", "disconnected", "unexpected eof",
+            "eof occurred in violation of protocol")
 
 
 def connection_hint(conf: Mapping[str, str], detail: str) -> str:

@@ -632,6 +632,38 @@ def test_without_a_client_certificate_an_mtls_server_refuses(pki):
         handshake(ctx, pki, require_client_certificate=True)
 
 
+def test_what_the_client_sees_of_an_mtls_refusal_gets_the_client_certificate_hint(pki):
+    """The TLS 1.3 client finishes its handshake before the server checks for its certificate:
+    the refusal arrives as an alert on the next read, and the hint must name the options."""
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(pki.server_cert_pem, pki.server_key_pem)
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    server_ctx.load_verify_locations(pki.ca_pem)
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    client = ssl_context({"ssl.ca.location": pki.ca_pem}).wrap_bio(
+        c_in, c_out, server_hostname="localhost")
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    seen = None
+    for _ in range(10):
+        for end in (client, server):
+            try:
+                end.do_handshake() if end is server else client.read(1)
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLError as e:
+                if end is client:
+                    seen = f"{type(e).__name__}: {e}"
+            s_in.write(c_out.read())
+            c_in.write(s_out.read())
+        if seen:
+            break
+    assert seen, "the client never saw the refusal"
+    conf = {"security.protocol": "SSL", "ssl.ca.location": pki.ca_pem}
+    hint = connection_hint(conf, seen)
+    assert "kafka.ssl.certificate.location" in hint and "kafka.ssl.key.location" in hint, (
+        seen, hint)
+
+
 def test_client_key_without_a_certificate_is_refused(pki):
     refused({"ssl.key.location": pki.client_key_pem}, "kafka.ssl.certificate.location",
             "kafka.ssl.key.location", call=ssl_context)
@@ -915,6 +947,7 @@ DROPPED = [
     "1/1 brokers are down",
     "ssl://localhost:9093/bootstrap: Disconnected (after 5ms in state SSL_HANDSHAKE)",
     "localhost:9093/bootstrap: Disconnected while requesting ApiVersion",
+    "SSLEOFError: [SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of protocol",
 ]
 MTLS = "mTLS"
 
