@@ -439,7 +439,9 @@ def test_tls_client_against_plaintext_sasl_port_refused(sasl_plaintext: SecuredB
     conf = _conf(sasl_plaintext, **{"security.protocol": "SASL_SSL",
                                     "ssl.ca.location": sasl_plaintext.pki.ca_pem})
     error, seconds, _ = _first_error(conf, {KafkaError._TRANSPORT, KafkaError._SSL})
-    assert error is not None and "SSL handshake failed" in error.str(), error
+    # "SSL handshake failed: ... connecting to a PLAINTEXT broker listener?" or, as the close
+    # races the ClientHello, "SSL connection closed by peer (... in state SSL_HANDSHAKE)".
+    assert error is not None and "ssl handshake" in error.str().lower().replace("_", " "), error
     assert seconds < 5
     assert AdminClient(_conf(sasl_plaintext)).list_topics(timeout=10).brokers
 

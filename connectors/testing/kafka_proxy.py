@@ -483,11 +483,12 @@ class KafkaProxy:
                     mechanisms=list(self.sasl_mechanisms),
                     version=version,
                 )
-                await self._respond(writer, response, correlation_id)
                 if not ok:
                     refused = finish(f"failed: mechanism {mechanism} not enabled")
+                    await self._respond(writer, response, correlation_id)
                     await self._linger(reader)
                     return refused
+                await self._respond(writer, response, correlation_id)
                 session = self._session(mechanism)
                 if version == 0:
                     # SaslHandshake v0: the SASL tokens follow as bare size-prefixed frames.
@@ -504,6 +505,8 @@ class KafkaProxy:
                     reply, done = session.step(bytes(token))
                 except _AuthFailed as e:
                     exchange.username = session.username
+                    # Recorded before the answer goes out: a test may look as soon as it has it.
+                    refused = finish(f"failed: {e}")
                     await self._respond(
                         writer,
                         SaslAuthenticateResponse(
@@ -515,10 +518,10 @@ class KafkaProxy:
                         ),
                         correlation_id,
                     )
-                    refused = finish(f"failed: {e}")
                     await self._linger(reader)
                     return refused
                 exchange.username = session.username
+                authenticated = finish("authenticated") if done else False
                 await self._respond(
                     writer,
                     SaslAuthenticateResponse(
@@ -527,8 +530,8 @@ class KafkaProxy:
                     ),
                     correlation_id,
                 )
-                if done:
-                    return finish("authenticated")
+                if authenticated:
+                    return True
                 continue
 
             # Anything else (a Metadata request, a second handshake, ...) before authentication:
@@ -566,6 +569,8 @@ class KafkaProxy:
                 exchange.username = session.username
                 return f"failed: {e}"
             exchange.username = session.username
+            if done:
+                exchange.outcome = "authenticated"
             writer.write(_frame(reply))
             await writer.drain()
             if done:
