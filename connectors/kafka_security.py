@@ -40,8 +40,14 @@ _JAAS_MODULES = {
     "com.sun.security.auth.module.Krb5LoginModule": "GSSAPI",
 }
 _JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)"
-                   r"(?P<body>.*?);?\s*$", re.S)
-_JAAS_OPTION = re.compile(r'\s*([\w.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+))')
+                   r"(?:\s+(?P<body>.*?))?\s*;?\s*$", re.S | re.I)
+_JAAS_OPTION = re.compile(r'\s*([\w.$-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"=]+))')
+#: Kafka's own login callback handler for OIDC client credentials (3.4+, and 3.1-3.3's):
+#: what librdkafka's sasl.oauthbearer.method=oidc does.
+_OIDC_HANDLERS = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+)
 
 #: Java client settings with no librdkafka counterpart, and what to use instead.
 _REFUSED_JAVA = {
@@ -60,6 +66,19 @@ _REFUSED_JAVA = {
     "sasl.client.callback.handler.class": "a JVM class; use kafka.sasl.username and "
                                           "kafka.sasl.password",
     "sasl.login.class": "a JVM class; remove it",
+    **{f"sasl.login.refresh.{name}": "Java's token refresh timing; librdkafka renews tokens "
+                                     "before they expire by itself; remove it"
+       for name in ("window.factor", "window.jitter", "min.period.seconds", "buffer.seconds")},
+    **{f"sasl.login.{name}": "Java's token endpoint timing, which librdkafka does not "
+                             "expose; remove it"
+       for name in ("connect.timeout.ms", "read.timeout.ms", "retry.backoff.ms",
+                    "retry.backoff.max.ms")},
+    "sasl.oauthbearer.scope.claim.name": "Java's check of the token's scope claim, which "
+                                         "librdkafka does not make; remove it",
+    **{f"sasl.oauthbearer.{name}": "a broker setting (validating clients' tokens); remove it"
+       for name in ("jwks.endpoint.url", "jwks.endpoint.refresh.ms", "expected.audience",
+                    "expected.issuer", "clock.skew.seconds")},
+    "security.providers": "a JVM setting; remove it",
     "key.serializer": "the sink writes the key column's bytes; remove it",
     "value.serializer": "the sink writes the value column's bytes; remove it",
     "key.deserializer": "the source returns the key as bytes; remove it",
@@ -75,6 +94,21 @@ def _opt(name: str) -> str:
 # -- Java names -> librdkafka names ---------------------------------------------------------
 
 
+_JAVA_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def _java_unescape(quoted: str) -> str:
+    """A quoted JAAS value as Java's StreamTokenizer reads it: \\t, \\n... and octal \\101
+    are characters, any other escaped character is itself (\\" and \\\\ included)."""
+    def one(m: re.Match) -> str:
+        escaped = m.group(1)
+        if escaped[0] in "01234567":
+            return chr(int(escaped, 8))
+        return _JAVA_ESCAPES.get(escaped, escaped)
+
+    return re.sub(r"\\([0-3][0-7]{0,2}|[4-7][0-7]?|.)", one, quoted, flags=re.S)
+
+
 def parse_jaas(value: str) -> tuple[str, dict[str, str]]:
     """(mechanism family, options) of a one-module JAAS line; never echoes the value."""
     m = _JAAS.match(value or "")
@@ -87,11 +121,18 @@ def parse_jaas(value: str) -> tuple[str, dict[str, str]]:
             f'username="user" password="...";  (or set kafka.sasl.username and '
             f"kafka.sasl.password instead)",
         )
-    # Java's StreamTokenizer: a backslash in a quoted value takes the next character as is.
-    options = {
-        k: (re.sub(r"\\(.)", r"\1", quoted, flags=re.S) if quoted else (bare or quoted))
-        for k, quoted, bare in _JAAS_OPTION.findall(m.group("body"))
-    }
+    body, position, options = m.group("body") or "", 0, {}
+    while body[position:].strip():
+        option = _JAAS_OPTION.match(body, position)
+        if option is None:
+            after = f" after its option {list(options)[-1]}" if options else ""
+            raise OptionError(
+                _opt("sasl.jaas.config"),
+                f"expected key=\"value\" options after the login module and 'required', and "
+                f"nothing else{after} (one login module, ended by ';')")
+        key, quoted, bare = option.groups()
+        options[key] = _java_unescape(quoted) if quoted is not None else bare
+        position = option.end()
     return _JAAS_MODULES[m.group("module")], options
 
 
@@ -270,6 +311,11 @@ def _translate_jaas(conf: dict[str, str]) -> None:
                      ("scope", "sasl.oauthbearer.scope")):
         if java in jaas:
             _set_once(conf, rd, jaas[java], java)
+    extensions = {k[len("extension_"):]: v for k, v in jaas.items()
+                  if k.startswith("extension_")}
+    if extensions:  # e.g. Confluent Cloud's extension_logicalCluster, extension_identityPoolId
+        _set_once(conf, "sasl.oauthbearer.extensions",
+                  ",".join(f"{k}={v}" for k, v in extensions.items()), "extension_*")
     if "sasl.oauthbearer.token.endpoint.url" in conf:
         conf.setdefault("sasl.oauthbearer.method", "oidc")
 
@@ -277,6 +323,11 @@ def _translate_jaas(conf: dict[str, str]) -> None:
 def translate(conf: Mapping[str, str]) -> dict[str, str]:
     """librdkafka configuration from `kafka.*` options given in either dialect."""
     out = {k.lower(): v for k, v in conf.items()}
+    # Java's OIDC callback handler is what sasl.oauthbearer.method=oidc does: dropped, checked
+    # below to come with the token endpoint
+    oidc_handler = out.get("sasl.login.callback.handler.class", "").strip() in _OIDC_HANDLERS
+    if oidc_handler:
+        out.pop("sasl.login.callback.handler.class")
     for name, why in _REFUSED_JAVA.items():
         if name in out:
             raise OptionError(_opt(name), f"is a Java client setting with no librdkafka "
@@ -285,6 +336,12 @@ def translate(conf: Mapping[str, str]) -> dict[str, str]:
     if "sasl.mechanisms" in out:
         out["sasl.mechanisms"] = out["sasl.mechanisms"].strip().upper()
     _translate_jaas(out)
+    if oidc_handler and out.get("sasl.oauthbearer.method", "").lower() != "oidc":
+        raise OptionError(
+            _opt("sasl.oauthbearer.token.endpoint.url"),
+            "is required with Kafka's OAuthBearerLoginCallbackHandler in "
+            "kafka.sasl.login.callback.handler.class: the OIDC provider's token endpoint "
+            "(with clientId and clientSecret in kafka.sasl.jaas.config)")
     _translate_truststore(out)
     _translate_keystore(out)
     if "ssl.endpoint.identification.algorithm" in out:
@@ -338,9 +395,11 @@ class OidcTokenProvider:
     `sasl.oauthbearer.method=oidc` fetches them; cached until shortly before they expire."""
 
     def __init__(self, endpoint: str, client_id: str, client_secret: str,
-                 scope: str | None = None, timeout_s: float = 10.0) -> None:
+                 scope: str | None = None, timeout_s: float = 10.0,
+                 extensions: Mapping[str, str] | None = None) -> None:
         self._endpoint, self._client_id, self._secret = endpoint, client_id, client_secret
         self._scope, self._timeout = scope, timeout_s
+        self._extensions = dict(extensions or {})
         self._token: str | None = None
         self._expires = 0.0
         self._lock = threading.Lock()
@@ -357,7 +416,8 @@ class OidcTokenProvider:
             return self._token
 
     def extensions(self) -> dict[str, str]:
-        return {}
+        """SASL extensions sent with the token (librdkafka's sasl.oauthbearer.extensions)."""
+        return dict(self._extensions)
 
     def _fetch(self) -> tuple[str, float]:
         form = {"grant_type": "client_credentials"}
@@ -423,12 +483,21 @@ def _oauth_provider(conf: Mapping[str, str]):
         raise OptionError(_opt(missing[0]), "is required for OAUTHBEARER with "
                                             "sasl.oauthbearer.method=oidc")
 
+    extensions = {}
+    for pair in filter(None, (p.strip() for p in
+                              conf.get("sasl.oauthbearer.extensions", "").split(","))):
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise OptionError(_opt("sasl.oauthbearer.extensions"),
+                              "expected comma-separated key=value pairs")
+        extensions[key.strip()] = value.strip()
+
     class _Provider(OidcTokenProvider, AbstractTokenProvider):
         pass
 
     return _Provider(conf["sasl.oauthbearer.token.endpoint.url"],
                      conf["sasl.oauthbearer.client.id"], conf["sasl.oauthbearer.client.secret"],
-                     conf.get("sasl.oauthbearer.scope"))
+                     conf.get("sasl.oauthbearer.scope"), extensions=extensions)
 
 
 def ssl_context(conf: Mapping[str, str]) -> ssl.SSLContext:

@@ -178,6 +178,17 @@ def test_jaas_layouts(jaas):
     assert (out["sasl.username"], out["sasl.password"]) == ("alice", SECRET)
 
 
+def test_jaas_escapes_are_read_as_javas_stream_tokenizer_reads_them():
+    # what java.io.StreamTokenizer (Kafka's JaasConfig) gives for this quoted value
+    jaas = f'{PLAIN} required username="u" password="a\\tb\\\\c\\"d\\101e\\qf\\7g";'
+    assert translate({"sasl.jaas.config": jaas})["sasl.password"] == 'a\tb\\c"dAeqf\x07g'
+
+
+def test_jaas_control_flag_is_case_insensitive_as_in_java():
+    out = translate({"sasl.jaas.config": f'{PLAIN} REQUIRED username="u" password="p";'})
+    assert (out["sasl.username"], out["sasl.password"]) == ("u", "p")
+
+
 def test_parse_jaas_returns_the_family_and_every_option():
     family, options = parse_jaas(f'{SCRAM} required username="u" password="{SECRET}" '
                                  f'tokenauth=true;')
@@ -222,11 +233,23 @@ def test_kerberos_jaas_is_refused():
     f'{PLAIN} mandatory username="u" password="{SECRET}";',  # no such flag
     f'org.example.CustomLoginModule required password="{SECRET}";',
     f'password="{SECRET}"',
+    f'{PLAIN} requiredusername="u" password="{SECRET}";',
 ])
 def test_garbage_jaas_is_refused_without_echoing_it(jaas):
     e = refused({"sasl.jaas.config": jaas}, "kafka.sasl.jaas.config", PLAIN, SCRAM,
                 "kafka.sasl.username")
     assert jaas not in str(e) or not jaas
+
+
+@pytest.mark.parametrize("jaas", [
+    f'{PLAIN} required username="u" password="{SECRET}" junk;',
+    f'{PLAIN} required username="u" password="{SECRET}" = "x";',
+    f'{PLAIN} required username="u" password="{SECRET}"; {SCRAM} required;',  # two modules
+    f'{PLAIN} required username="u" password="{SECRET}";;',
+    f'{PLAIN} required username="u" password="{SECRET}',  # unterminated quote
+])
+def test_jaas_with_something_else_than_options_is_refused(jaas):
+    refused({"sasl.jaas.config": jaas}, "kafka.sasl.jaas.config", 'key="value"')
 
 
 def test_oauthbearer_jaas_with_client_credentials_becomes_oidc():
@@ -242,6 +265,54 @@ def test_oauthbearer_jaas_with_client_credentials_becomes_oidc():
     assert out["sasl.oauthbearer.token.endpoint.url"] == TOKEN_URL
     assert "sasl.jaas.config" not in out
     check_commit_mechanism({**out, "security.protocol": "SASL_SSL"})  # the sink can use it
+
+
+JAVA_OIDC_HANDLERS = [
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+]
+
+
+@pytest.mark.parametrize("handler", JAVA_OIDC_HANDLERS)
+def test_java_oidc_callback_handler_is_what_oidc_does(handler):
+    """A Java job's OIDC settings, as they are: the handler class is librdkafka's oidc."""
+    out = translate({
+        "sasl.mechanism": "OAUTHBEARER", "sasl.login.callback.handler.class": handler,
+        "sasl.oauthbearer.token.endpoint.url": TOKEN_URL,
+        "sasl.jaas.config": f'{OAUTH} required clientId="app" clientSecret="{SECRET}";'})
+    assert out == {"sasl.mechanisms": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                   "sasl.oauthbearer.token.endpoint.url": TOKEN_URL,
+                   "sasl.oauthbearer.client.id": "app",
+                   "sasl.oauthbearer.client.secret": SECRET}
+
+
+@pytest.mark.parametrize("handler", JAVA_OIDC_HANDLERS)
+def test_java_oidc_callback_handler_without_a_token_endpoint_is_refused(handler):
+    refused({"sasl.mechanism": "OAUTHBEARER", "sasl.login.callback.handler.class": handler,
+             "sasl.jaas.config": f'{OAUTH} required clientId="app" clientSecret="{SECRET}";'},
+            "kafka.sasl.oauthbearer.token.endpoint.url", "OAuthBearerLoginCallbackHandler")
+
+
+def test_other_login_callback_handlers_are_refused():
+    refused({"sasl.login.callback.handler.class": "com.example.MyHandler"},
+            "kafka.sasl.login.callback.handler.class", "kafka.sasl.oauthbearer.method=oidc")
+
+
+def test_oauthbearer_jaas_extensions_become_sasl_extensions():
+    jaas = (f'{OAUTH} required clientId="app" clientSecret="{SECRET}" '
+            f'extension_logicalCluster="lkc-123" extension_identityPoolId="pool-4";')
+    out = translate({"sasl.jaas.config": jaas, "sasl.oauthbearer.token.endpoint.url": TOKEN_URL})
+    assert out["sasl.oauthbearer.extensions"] == "logicalCluster=lkc-123,identityPoolId=pool-4"
+    provider = kafka_python_config({**out, "bootstrap.servers": "b",
+                                    "security.protocol": "SASL_PLAINTEXT"}
+                                   )["sasl_oauth_token_provider"]
+    assert provider.extensions() == {"logicalCluster": "lkc-123", "identityPoolId": "pool-4"}
+
+
+@pytest.mark.parametrize("extensions", ["novalue", "=x", "a=1,,b", "a=1, b"])
+def test_bad_sasl_extensions(extensions):
+    refused({**OIDC, "sasl.oauthbearer.extensions": extensions},
+            "kafka.sasl.oauthbearer.extensions", "key=value", call=kafka_python_config)
 
 
 def test_oauthbearer_jaas_without_a_token_endpoint_is_not_oidc_and_the_sink_refuses_it():
@@ -481,6 +552,15 @@ def test_java_only_setting_is_refused_naming_it(name):
     assert "whatever" not in str(e)
 
 
+def test_java_only_settings_are_unknown_to_librdkafka():
+    """Only what librdkafka would refuse itself, obscurely, is refused here by name."""
+    from confluent_kafka import KafkaException, Producer
+
+    for name in kafka_security._REFUSED_JAVA:
+        with pytest.raises(KafkaException, match="No such configuration property"):
+            Producer({"bootstrap.servers": "127.0.0.1:9", name: "x", "log_level": 0})
+
+
 def test_java_only_setting_is_refused_whatever_its_case():
     refused({"SSL.Protocol": "TLSv1.3"}, "kafka.ssl.protocol", "remove it")
     refused(Options({"kafka.ssl.enabled.protocols": "TLSv1.2", "kafka.bootstrap.servers": "b"}),
@@ -549,7 +629,9 @@ def test_translated_settings_are_accepted_by_librdkafka(pki):
     oidc = translate({
         "bootstrap.servers": "127.0.0.1:9", "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token.endpoint.url": TOKEN_URL,
-        "sasl.jaas.config": f'{OAUTH} required clientId="a" clientSecret="{SECRET}" scope="s";'})
+        "sasl.login.callback.handler.class": JAVA_OIDC_HANDLERS[0],
+        "sasl.jaas.config": f'{OAUTH} required clientId="a" clientSecret="{SECRET}" scope="s" '
+                            f'extension_logicalCluster="lkc-1";'})
     Producer({**oidc, "log_level": 0}).flush(0)
 
 
