@@ -600,6 +600,22 @@ def test_librdkafka_names_pass_through_unchanged(pki):
     assert conf == given  # the input is not modified
 
 
+def test_translation_is_idempotent(pki):
+    """Translated settings are librdkafka's: translating them again changes nothing."""
+    once = translate({
+        "bootstrap.servers": "b:9093", "security.protocol": "sasl_ssl",
+        "sasl.mechanism": "scram-sha-256",
+        "sasl.jaas.config": f'{SCRAM} required username="u" password="{SECRET}";',
+        "ssl.truststore.location": pki.truststore_p12, "ssl.truststore.type": "PKCS12",
+        "ssl.truststore.password": pki.store_password,
+        "ssl.keystore.location": pki.keystore_p12, "ssl.keystore.password": pki.store_password,
+        "ssl.endpoint.identification.algorithm": "",
+    })
+    assert translate(once) == once
+    assert not any(k.startswith(("ssl.truststore", "ssl.keystore", "sasl.jaas"))
+                   or k == "sasl.mechanism" for k in once)
+
+
 def test_librdkafka_conf_translates_the_java_names():
     conf = librdkafka_conf(Options({
         "kafka.bootstrap.servers": "b:9092", "kafka.security.protocol": "sasl_plaintext",
@@ -948,10 +964,18 @@ def test_token_without_expires_in_is_cached(token_server):
 def test_refused_token_request_names_the_endpoint_option_not_the_secret(token_server, status):
     server = token_server(client_id="app", secret=SECRET, scope=None, status=status)
     provider = OidcTokenProvider(server.url, "app", SECRET)
-    e = refused({}, "kafka.sasl.oauthbearer.token.endpoint.url", server.url, str(status),
-                "invalid_client", "kafka.sasl.oauthbearer.client.secret",
-                call=lambda _: provider.token())
+    refused({}, "kafka.sasl.oauthbearer.token.endpoint.url", server.url, str(status),
+            "invalid_client: client authentication failed", "kafka.sasl.oauthbearer.client.secret",
+            call=lambda _: provider.token())
     assert not server.problems, server.problems
+
+
+def test_an_error_answer_echoing_the_secret_is_shown_without_it(token_server):
+    server = token_server(client_id="app", secret=SECRET, scope=None)
+    server.answer = lambda handler: (  # type: ignore[method-assign]
+        401, {"error": "invalid_client", "error_description": f"bad secret {SECRET}"})
+    refused({}, "kafka.sasl.oauthbearer.token.endpoint.url", "bad secret ***",
+            call=lambda _: OidcTokenProvider(server.url, "app", SECRET).token())
 
 
 def test_wrong_client_secret_is_refused_without_showing_it(token_server):
