@@ -471,7 +471,7 @@ def test_keystore_without_a_key_is_refused(pki):
             "kafka.ssl.keystore.location", "no private key", hidden=(pki.store_password,))
 
 
-def _pem_identity(pki: TestPKI, tmp_path, key_password: str | None) -> tuple[str, str]:
+def _pem_identity(pki: TestPKI, key_password: str | None) -> tuple[str, str]:
     """(certificate chain PEM, private key PEM encrypted with key_password if given)."""
     key = serialization.load_pem_private_key(read(pki.client_key_pem).encode(), None)
     encryption = (serialization.BestAvailableEncryption(key_password.encode()) if key_password
@@ -483,7 +483,7 @@ def _pem_identity(pki: TestPKI, tmp_path, key_password: str | None) -> tuple[str
 
 @pytest.mark.parametrize("key_password", [SECRET, None])
 def test_pem_keystore_type_is_the_certificate_and_key_location(pki, tmp_path, key_password):
-    chain, key_pem = _pem_identity(pki, tmp_path, key_password)
+    chain, key_pem = _pem_identity(pki, key_password)
     path = tmp_path / "keystore.pem"
     path.write_text(key_pem + chain)  # Java's PEM keystore: the key and its chain, one file
     conf = {"ssl.keystore.location": str(path), "ssl.keystore.type": "PEM"}
@@ -498,7 +498,7 @@ def test_pem_keystore_type_is_the_certificate_and_key_location(pki, tmp_path, ke
 
 
 def test_keystore_key_and_certificate_chain_with_key_password(pki, tmp_path):
-    chain, key_pem = _pem_identity(pki, tmp_path, SECRET)
+    chain, key_pem = _pem_identity(pki, SECRET)
     out = translate({"ssl.keystore.type": "PEM", "ssl.keystore.key": key_pem,
                      "ssl.keystore.certificate.chain": chain, "ssl.key.password": SECRET})
     assert out == {"ssl.key.pem": key_pem, "ssl.certificate.pem": chain,
@@ -516,7 +516,7 @@ def test_keystore_key_and_certificate_chain_with_key_password(pki, tmp_path):
     ("ssl.keystore.certificate.chain", "ssl.keystore.key"),
 ])
 def test_keystore_key_without_its_chain_is_refused(pki, tmp_path, given, missing):
-    chain, key_pem = _pem_identity(pki, tmp_path, None)
+    chain, key_pem = _pem_identity(pki, None)
     value = key_pem if given == "ssl.keystore.key" else chain
     e = refused({given: value}, f"kafka.{missing}", f"kafka.{given}")
     assert value not in str(e)
@@ -1040,7 +1040,7 @@ def test_redact_hides_the_translated_secrets(pki):
 
 
 def test_ssl_context_shows_no_secret(pki, tmp_path):
-    chain, key_pem = _pem_identity(pki, tmp_path, SECRET)
+    chain, key_pem = _pem_identity(pki, SECRET)
     ctx = ssl_context({"ssl.certificate.pem": chain, "ssl.key.pem": key_pem,
                        "ssl.key.password": SECRET})
     assert SECRET not in repr(ctx) and key_pem not in repr(ctx)
