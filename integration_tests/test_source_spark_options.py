@@ -168,6 +168,8 @@ def test_ending_timestamp_in_a_stream_fails_at_start(spark, bootstrap, rounds, t
 def test_batch_read_with_nothing_to_read(spark, bootstrap, rounds):
     """An end equal to the start plans no task: PySpark then runs one with InputPartition(None),
     which reads nothing."""
+    same = json.dumps({rounds.topic: {"0": 3, "1": 2}})
+    assert _read(spark, bootstrap, rounds.topic, startingOffsets=same, endingOffsets=same) == []
     assert _read(spark, bootstrap, rounds.topic, startingTimestamp=str(rounds.cut[2]),
                  endingTimestamp=str(rounds.cut[2])) == []
 
