@@ -86,3 +86,18 @@ def test_the_exactly_once_sink_refuses_at_query_start(spark, sasl_ssl, bootstrap
     assert option in message, message[-2000:]
     for secret in _secrets(options, sasl_ssl):
         assert secret not in message
+
+
+def test_the_at_least_once_sink_refuses_at_query_start(spark, sasl_ssl, bootstrap, tmp_path):
+    """Without transactions the tasks' producers are the only clients: their librdkafka
+    settings are checked at start the same way."""
+    options, option = _cases(sasl_ssl, bootstrap)["wrong password"]
+    message = _fails_at_start(lambda: (
+        spark.readStream.format("rate").option("rowsPerSecond", "5").load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("kafka-eos").options(**options)
+        .option("topic", "anything").option("deliveryGuarantee", "at-least-once")
+        .option("checkpointLocation", str(tmp_path / "ck")).start()))
+    assert option in message, message[-2000:]
+    for secret in _secrets(options, sasl_ssl):
+        assert secret not in message
