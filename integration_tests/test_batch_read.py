@@ -101,14 +101,16 @@ def test_starting_timestamp(spark, bootstrap):
     cut_ms = int(time.time() * 1000)
     time.sleep(0.1)
     late = produce(bootstrap, topic, 2, 10, start_index=10)
-    base = (
-        spark.read.format("kafka-eos")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-    )
-    assert _records(base.option("startingTimestamp", str(cut_ms)).load()) == late
+    def base():  # a new reader each time: option() changes the reader it is called on
+        return (
+            spark.read.format("kafka-eos")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+        )
+
+    assert _records(base().option("startingTimestamp", str(cut_ms)).load()) == late
     by_partition = json.dumps({topic: {"0": cut_ms, "1": 0}})
-    got = _records(base.option("startingOffsetsByTimestamp", by_partition).load())
+    got = _records(base().option("startingOffsetsByTimestamp", by_partition).load())
     assert got == sorted([r for r in late if r.partition == 0] + [r for r in early + late if r.partition == 1])
 
 
