@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSourceStreamWriter
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from sinks.delta import DeltaEosDataSource
-from sinks.kafka import kafka_stream_writer
+from sinks.kafka import kafka_batch_writer, kafka_stream_writer
 from sinks.postgres import PostgresEosDataSource
 from sources.kafka_source import KafkaEosDataSource as _KafkaSource
 
@@ -17,6 +17,9 @@ class KafkaEosDataSource(_KafkaSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return kafka_stream_writer(self._raw, schema, overwrite)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return kafka_batch_writer(self._raw, schema, overwrite)
 
 
 ALL = [KafkaEosDataSource, DeltaEosDataSource, PostgresEosDataSource]

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Field, Schema, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connectors.options import OptionError, Options
@@ -32,6 +32,7 @@ from connectors.paths import normalise, resolve
 from sinks.checkpoint import last_committed_batch, writer_identity
 from sinks.two_phase_commit import (
     EXACTLY_ONCE,
+    JOB_BATCH_ID,
     SinkSettings,
     TaskInfo,
     TransactionLost,
@@ -46,7 +47,12 @@ FORMAT_NAME = "delta-eos"
 #: The sink's own options (besides the template's and `delta.*`); anything else is refused.
 OPTIONS = ("path", "partitionBy", "mergeSchema", "appId", "orphanFileRetention")
 OPTION_PREFIXES = ("delta.",)
+#: A batch write's: appId names a streaming writer's batches, and the orphan sweep belongs
+#: to the streaming sink (a job deletes its own files when it fails).
+BATCH_OPTIONS = ("path", "partitionBy", "mergeSchema")
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+#: In a batch job's commit info: the job's id, by which a retried commit finds it landed.
+JOB_METADATA_KEY = "kafka_eos.job"
 
 
 #: Orphan files younger than this are left alone: a task may still be writing them.
@@ -78,7 +84,9 @@ class DeltaOptions:
         )
         app_id = opts.get("appId")
         explicit = bool(app_id)
-        if not app_id:
+        if settings.batch_job:
+            app_id = f"delta-eos-batch-{settings.job_id}"  # names the job's files only
+        elif not app_id:
             app_id = "delta-eos-" + _default_identity(settings, path)
         return cls(
             path=path,
@@ -124,6 +132,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         super().__init__(settings)
         self.options = options
         self.schema = schema
+        self.job_base_version = -1  # set by open()
         missing = [c for c in options.partition_by if c not in schema.names]
         if missing:
             raise OptionError(
@@ -153,6 +162,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
     def open(self) -> None:
         """At each batch's planning: the table, if it exists, must accept this stream."""
         table = self._table()
+        #: A batch job's commit is looked for in the versions after this one (isCommitted).
+        self.job_base_version = -1 if table is None else table.version()
         if table is None:
             return
         self._check_checkpoint_not_behind(table)
@@ -278,8 +289,38 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         table = self._table()
         if table is None:
             return False
+        if self.settings.batch_job:
+            return self._job_committed(table)
         version = table.transaction_version(self.options.app_id)
         return version is not None and version >= batchId
+
+    def _job_committed(self, table: DeltaTable) -> bool:
+        """A batch job's commit carries no txn action (one per job would pile up in every
+        snapshot for good): it is found by the job id in the commit info of the versions
+        written since the job started."""
+        newer = table.version() - self.job_base_version
+        if newer <= 0:
+            return False
+        return any(c.get(JOB_METADATA_KEY) == self.settings.job_id
+                   for c in table.history(limit=newer))
+
+    def abortJob(self, handles: list[Handle], partitions: int) -> None:
+        """A failed batch job: unless its commit landed (Spark aborts a job whose commit
+        raised, too), delete every file it wrote: those the reported handles name, and those
+        of tasks Spark did not report, found by the job's tag in their names. Nothing of the
+        job is referenced by the table either way; this leaves no garbage behind."""
+        if self.isCommitted(JOB_BATCH_ID):
+            log.warning("%s: batch job %s was committed before it failed; its rows stay",
+                        self.describe(), self.settings.job_id)
+            return
+        self.abort(handles)
+        fs, root = self._fs()
+        prefix = f"part-eos-{self.options.file_tag}-"
+        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+        for info in fs.get_file_info(selector):
+            if (info.type == pafs.FileType.File and info.base_name.startswith(prefix)
+                    and "/_delta_log/" not in info.path):
+                _delete(fs, info.path)
 
     def cleanupAbandoned(self) -> None:
         """Delete this sink's data files that no readable version of the table references and
@@ -356,6 +397,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         batch id no longer names one commit, so it cannot serve as an idempotency key.
         """
         exactly_once = self.settings.guarantee == EXACTLY_ONCE
+        job = self.settings.job_id
         if exactly_once and self.isCommitted(batchId):
             return  # a retry after an ambiguous failure, or a recovery: already in
         adds = [
@@ -367,10 +409,14 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
             for a in handles[p]["adds"]
         ]
         props = CommitProperties(
-            app_transactions=[Transaction(self.options.app_id, batchId)] if exactly_once else None,
-            custom_metadata={"kafka_eos.batch": str(batchId)},
+            app_transactions=(
+                [Transaction(self.options.app_id, batchId)] if exactly_once and not job else None
+            ),
+            custom_metadata={JOB_METADATA_KEY: job} if job else {"kafka_eos.batch": str(batchId)},
         )
         table = self._table()
+        if job and not adds and table is not None:
+            return  # an empty batch job: nothing to add (a missing table is still created)
         if table is None:
             create_table_with_add_actions(
                 self.options.path,
@@ -482,3 +528,24 @@ class DeltaEosDataSource(DataSource):
         delta_options = DeltaOptions.parse(opts, settings)
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         return DeltaSink(settings, delta_options, arrow_schema).streamWriter()
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        """`df.write.format("delta-eos").mode("append").save(path)`: the tasks write Parquet
+        files, the job's commit adds them all in one Delta commit (sinks/two_phase_commit.py,
+        TwoPhaseCommitBatchWriter)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if overwrite:
+            raise OptionError(
+                "mode",
+                "delta-eos batch writes append: mode 'overwrite' is refused; use "
+                '.mode("append") (Spark itself refuses errorifexists and ignore for Python '
+                "data sources)",
+            )
+        opts = Options(self._raw)
+        reject_unknown_options(opts, BATCH_OPTIONS, prefixes=OPTION_PREFIXES,
+                               format_name=FORMAT_NAME, batch=True)
+        settings = SinkSettings.for_batch_job(FORMAT_NAME, opts)
+        delta_options = DeltaOptions.parse(opts, settings)
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        return DeltaSink(settings, delta_options, arrow_schema).batchWriter()

@@ -32,13 +32,18 @@ import os
 import pickle
 import sys
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from tenacity import (
     RetryError,
     Retrying,
@@ -93,16 +98,26 @@ SETTINGS_OPTIONS = (
 #: DataStreamWriter.queryName(), `path` from start(path) / save(path), `checkpointLocation`
 #: from .option(). Never refused, even by a sink that has no use for them.
 SPARK_OPTIONS = ("path", "queryName", "checkpointLocation")
+#: A batch write (df.write) has no checkpoint, no transaction log and no batches: of the
+#: template's options it takes these; Spark adds `path` (save(path)).
+BATCH_SETTINGS_OPTIONS = ("deliveryGuarantee", "commitTimeout", "commitRetries")
+BATCH_SPARK_OPTIONS = ("path",)
 
 
 def reject_unknown_options(
-    opts: Options, known: tuple[str, ...], *, format_name: str, prefixes: tuple[str, ...] = ()
+    opts: Options, known: tuple[str, ...], *, format_name: str, prefixes: tuple[str, ...] = (),
+    batch: bool = False,
 ) -> None:
     """At query start: an option no part of the sink reads fails, naming the closest known
     one, instead of being silently ignored (a misspelt `checkpointLocaton`, a source option
-    such as `subscribe` given to a writer)."""
-    names = dict.fromkeys((*known, *SETTINGS_OPTIONS, *SPARK_OPTIONS))
-    opts.reject_unknown(names, prefixes=prefixes, format_name=f"the {format_name} sink")
+    such as `subscribe` given to a writer, a streaming-only option given to a batch write)."""
+    if batch:
+        names = dict.fromkeys((*known, *BATCH_SETTINGS_OPTIONS, *BATCH_SPARK_OPTIONS))
+        where = f"a {format_name} batch write (df.write)"
+    else:
+        names = dict.fromkeys((*known, *SETTINGS_OPTIONS, *SPARK_OPTIONS))
+        where = f"the {format_name} sink"
+    opts.reject_unknown(names, prefixes=prefixes, format_name=where)
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,27 @@ class SinkSettings:
     commit_timeout_ms: int
     commit_attempts: int
     retain_batches: int
+    #: Set for a batch write (df.write): the job's own id, which stands in for the checkpoint
+    #: and the batch id (transaction and file names). None for a streaming query.
+    job_id: str | None = None
+
+    @property
+    def batch_job(self) -> bool:
+        return self.job_id is not None
+
+    @classmethod
+    def for_batch_job(cls, name: str, opts: Options) -> "SinkSettings":
+        """A batch write's settings: a fresh job id, no checkpoint (the tasks' handles travel
+        in their commit messages; nothing outlives the job, so nothing needs a log)."""
+        return cls(
+            name=name,
+            guarantee=opts.get_choice("deliveryGuarantee", GUARANTEES, EXACTLY_ONCE),
+            checkpoint_location=None,
+            commit_timeout_ms=opts.get_duration_ms("commitTimeout", 120_000),
+            commit_attempts=opts.get_int("commitRetries", 8, minimum=0) + 1,
+            retain_batches=0,
+            job_id=uuid.uuid4().hex,
+        )
 
     @classmethod
     def from_options(cls, name: str, opts: Options) -> "SinkSettings":
@@ -226,6 +262,16 @@ class TwoPhaseCommitSink(ABC, Generic[Txn]):
         after its batch was committed. Called before every batch's tasks, after recovery has
         committed every decided batch: keep it cheap, or throttle it in the store."""
 
+    def abortJob(self, handles: list[Handle], partitions: int) -> None:
+        """Batch writes: discard what a failed job prepared. `handles` are those of the tasks
+        Spark reported before the failure; tasks it did not report (still running when the job
+        failed, or killed) may have prepared too, so a store that can find them by the job's
+        identity (`settings.job_id`; `partitions` is the job's number of write tasks) should.
+        Called twice, JOB_ABORT_RECHECK_S apart, for tasks that prepared after the first call.
+        Must not undo a commit that landed (Spark also aborts a job whose commit raised).
+        By default `abort(handles)`."""
+        self.abort(handles)
+
     def isTransient(self, exc: BaseException) -> bool:
         """Whether a failed commit is worth retrying."""
         return not isinstance(exc, (TransactionLost, OptionError))
@@ -241,6 +287,12 @@ class TwoPhaseCommitSink(ABC, Generic[Txn]):
     def streamWriter(self) -> "TwoPhaseCommitWriter":
         return TwoPhaseCommitWriter(self)
 
+    def batchWriter(self) -> "TwoPhaseCommitBatchWriter":
+        """For `df.write`: the sink must have been built with SinkSettings.for_batch_job."""
+        if not self.settings.batch_job:
+            raise ValueError("a batch writer needs SinkSettings.for_batch_job")
+        return TwoPhaseCommitBatchWriter(self)
+
 
 def _structured_logger() -> logging.Logger:
     if not log.handlers:
@@ -252,13 +304,15 @@ def _structured_logger() -> logging.Logger:
     return log
 
 
-class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
-    """PySpark's streaming writer (Arrow variant) running the protocol around a sink."""
+class _Protocol:
+    """What the streaming and the batch writer share: the task side, the commit with bounded
+    retries, the batch log line."""
 
     def __init__(self, sink: TwoPhaseCommitSink) -> None:
         self.sink = sink
         self.settings = sink.settings
-        #: True once the store was opened and recovery ran for the tasks this writer goes to.
+        #: True once the store was opened (and, streaming, recovery ran) for the tasks this
+        #: writer goes to.
         self.ready_for_tasks = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -275,41 +329,27 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
         return dict(self.__dict__)
 
     def prepare_for_tasks(self) -> None:
-        """Before any task of a batch: validate the store, then (exactly-once) recover."""
-        _structured_logger()
-        self.sink.open()
-        if self.exactly_once:
-            self.recover()
-        self.ready_for_tasks = True
+        raise NotImplementedError
 
     @property
     def exactly_once(self) -> bool:
         return self.settings.guarantee == EXACTLY_ONCE
 
-    def _log(self) -> TransactionLog:
-        assert self.settings.checkpoint_location
-        return TransactionLog(self.settings.checkpoint_location)
-
-    # -- task side --------------------------------------------------------------------------
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPartition:
-        from pyspark import TaskContext
-
+    def _refuse_unprepared(self) -> None:
         if not self.ready_for_tasks:
             # Never write without the recovery that must precede a batch's tasks.
             raise RuntimeError(
                 f"{self.sink.describe()}: this writer reached a task without having recovered "
                 "the transaction log first; it must be pickled by Spark's planner"
             )
-        ctx = TaskContext.get()
-        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        info = TaskInfo(batch_id, ctx.partitionId(), ctx.attemptNumber())
-        started = time.perf_counter()
-        if self.exactly_once and self._log().is_partition_committed(batch_id, info.partition_id):
-            for _ in iterator:  # an earlier run committed this partition: write nothing
-                pass
-            return PreparedPartition(batch_id, info.partition_id, info.attempt, None, skipped=True)
 
+    def _write_partition(
+        self, info: TaskInfo, iterator: Iterator[pa.RecordBatch], started: float
+    ) -> PreparedPartition:
+        """The task side of the protocol, for a micro-batch and a batch job alike: begin at the
+        first rows, invoke per Arrow batch, preCommit; the handle goes to the log (streaming,
+        exactly-once), or is committed here (at-least-once, none). Any failure aborts."""
+        batch_id = info.batch_id
         txn: Any = None
         handle: Handle | None = None
         rows = nbytes = 0
@@ -325,7 +365,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
                 faults.inject("task_write", batch_id, info.partition_id)
             faults.inject("task_fail", batch_id, info.partition_id, info.attempt)
             handle = self.sink.preCommit(txn) if txn is not None else None
-            if handle is not None and self.exactly_once:
+            if handle is not None and self.exactly_once and not self.settings.batch_job:
                 # Inside the abort scope: a prepared transaction whose handle never reached
                 # the log would be known to nobody.
                 self._log().record_prepared(batch_id, info.partition_id, info.attempt, handle)
@@ -352,60 +392,6 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
                 self.sink.abortTransaction(txn)
         except Exception:  # the original failure matters more
             log.exception("%s: aborting a failed task's transaction failed", self.sink.describe())
-
-    # -- driver side ------------------------------------------------------------------------
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _structured_logger()
-        started = time.perf_counter()
-        prepared = [m for m in messages if isinstance(m, PreparedPartition)]
-        handles = {m.partition: m.handle for m in prepared if m.handle is not None}
-        if self.exactly_once:
-            txlog = self._log()
-            faults.inject("after_precommit", batchId)
-            if handles:
-                txlog.record_decision(batchId, handles)
-            faults.inject("after_decision", batchId)
-            if handles or self.sink.commit_empty_batches:
-                lost = self._commit(batchId, handles, recovering=False, txlog=txlog)
-                if lost:
-                    raise TransactionLost(
-                        lost,
-                        f"batch {batchId} of {self.sink.describe()} cannot be committed; the "
-                        "query stops, and on restart those partitions are written again",
-                    )
-            txlog.record_done(batchId)
-            self._abort_superseded(txlog, batchId, handles)
-            txlog.garbage_collect(batchId - self.settings.retain_batches + 1)
-            faults.inject("after_commit", batchId)
-        self._log_batch(batchId, prepared, (time.perf_counter() - started) * 1000)
-
-    def _abort_superseded(self, txlog: TransactionLog, batch_id: int, handles: dict[int, Handle]) -> None:
-        """Abort what failed or superseded task attempts prepared: logged, never decided."""
-        if txlog.prepared_count(batch_id) <= len(handles):
-            return  # the common case: one prepared record per committed handle
-        stale = txlog.state(batch_id).undecided_handles()
-        if stale:
-            self.sink.abort(stale)
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        handles = [m.handle for m in messages if isinstance(m, PreparedPartition) and m.handle]
-        if not self.exactly_once:
-            return
-        state = self._log().state(batchId)
-        if state.decisions:
-            log.warning(
-                "%s: batch %d failed after its commit was decided; its handles are kept and "
-                "committed when the query restarts", self.sink.describe(), batchId,
-            )
-            return
-        # Spark hands over only some tasks' messages when a batch fails: what the other tasks
-        # prepared is in the log, and would hold the store (locks, read_committed readers)
-        # until the next start otherwise.
-        known = {json.dumps(h, sort_keys=True) for h in handles}
-        handles += [h for h in state.undecided_handles() if json.dumps(h, sort_keys=True) not in known]
-        if handles:
-            self.sink.recoverAndAbort(batchId, handles)
 
     def _commit(
         self,
@@ -465,6 +451,119 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
                 f"batch fails and is committed on restart. Last error: {cause}"
             ) from cause
 
+    # -- the batch log line -----------------------------------------------------------------
+
+    def _log_batch(self, batch_id: int, prepared: list[PreparedPartition], commit_ms: float) -> None:
+        written = [m for m in prepared if not m.skipped]
+        slowest = max(written, key=lambda m: m.write_ms, default=None)
+        line = {
+            "sink": self.sink.describe(),
+            **({"job": self.settings.job_id} if self.settings.batch_job else {}),
+            "batch": batch_id,
+            "guarantee": self.settings.guarantee,
+            "rows": sum(m.rows for m in written),
+            "bytes": sum(m.bytes for m in written),
+            "commit_ms": round(commit_ms, 1),
+            "skipped_partitions": sorted(m.partition for m in prepared if m.skipped),
+            "slowest_partition": slowest.partition if slowest else None,
+            "partitions": {
+                str(m.partition): {"rows": m.rows, "bytes": m.bytes, "ms": round(m.write_ms, 1)}
+                for m in written
+            },
+        }
+        log.info("%s committed %s", "batch job" if self.settings.batch_job else "batch",
+                 json.dumps(line))
+        metrics_file = os.environ.get(METRICS_ENV)
+        if metrics_file:  # one JSON line per batch, for benchmarks and dashboards
+            with open(metrics_file, "a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+class TwoPhaseCommitWriter(_Protocol, DataSourceStreamArrowWriter):
+    """PySpark's streaming writer (Arrow variant) running the protocol around a sink."""
+
+    def prepare_for_tasks(self) -> None:
+        """Before any task of a batch: validate the store, then (exactly-once) recover."""
+        _structured_logger()
+        self.sink.open()
+        if self.exactly_once:
+            self.recover()
+        self.ready_for_tasks = True
+
+    def _log(self) -> TransactionLog:
+        assert self.settings.checkpoint_location
+        return TransactionLog(self.settings.checkpoint_location)
+
+    # -- task side --------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPartition:
+        from pyspark import TaskContext
+
+        self._refuse_unprepared()
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        info = TaskInfo(batch_id, ctx.partitionId(), ctx.attemptNumber())
+        started = time.perf_counter()
+        if self.exactly_once and self._log().is_partition_committed(batch_id, info.partition_id):
+            for _ in iterator:  # an earlier run committed this partition: write nothing
+                pass
+            return PreparedPartition(batch_id, info.partition_id, info.attempt, None, skipped=True)
+        return self._write_partition(info, iterator, started)
+
+    # -- driver side ------------------------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _structured_logger()
+        started = time.perf_counter()
+        prepared = [m for m in messages if isinstance(m, PreparedPartition)]
+        handles = {m.partition: m.handle for m in prepared if m.handle is not None}
+        if self.exactly_once:
+            txlog = self._log()
+            faults.inject("after_precommit", batchId)
+            if handles:
+                txlog.record_decision(batchId, handles)
+            faults.inject("after_decision", batchId)
+            if handles or self.sink.commit_empty_batches:
+                lost = self._commit(batchId, handles, recovering=False, txlog=txlog)
+                if lost:
+                    raise TransactionLost(
+                        lost,
+                        f"batch {batchId} of {self.sink.describe()} cannot be committed; the "
+                        "query stops, and on restart those partitions are written again",
+                    )
+            txlog.record_done(batchId)
+            self._abort_superseded(txlog, batchId, handles)
+            txlog.garbage_collect(batchId - self.settings.retain_batches + 1)
+            faults.inject("after_commit", batchId)
+        self._log_batch(batchId, prepared, (time.perf_counter() - started) * 1000)
+
+    def _abort_superseded(self, txlog: TransactionLog, batch_id: int, handles: dict[int, Handle]) -> None:
+        """Abort what failed or superseded task attempts prepared: logged, never decided."""
+        if txlog.prepared_count(batch_id) <= len(handles):
+            return  # the common case: one prepared record per committed handle
+        stale = txlog.state(batch_id).undecided_handles()
+        if stale:
+            self.sink.abort(stale)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        handles = [m.handle for m in messages if isinstance(m, PreparedPartition) and m.handle]
+        if not self.exactly_once:
+            return
+        state = self._log().state(batchId)
+        if state.decisions:
+            log.warning(
+                "%s: batch %d failed after its commit was decided; its handles are kept and "
+                "committed when the query restarts", self.sink.describe(), batchId,
+            )
+            return
+        # Spark hands over only some tasks' messages when a batch fails: what the other tasks
+        # prepared is in the log, and would hold the store (locks, read_committed readers)
+        # until the next start otherwise.
+        known = {json.dumps(h, sort_keys=True) for h in handles}
+        handles += [h for h in state.undecided_handles() if json.dumps(h, sort_keys=True) not in known]
+        if handles:
+            self.sink.recoverAndAbort(batchId, handles)
+
     # -- recovery ---------------------------------------------------------------------------
 
     def recover(self) -> None:
@@ -509,27 +608,70 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter):
             else:
                 txlog.record_done(batch_id)
 
-    # -- the batch log line -----------------------------------------------------------------
 
-    def _log_batch(self, batch_id: int, prepared: list[PreparedPartition], commit_ms: float) -> None:
-        written = [m for m in prepared if not m.skipped]
-        slowest = max(written, key=lambda m: m.write_ms, default=None)
-        line = {
-            "sink": self.sink.describe(),
-            "batch": batch_id,
-            "guarantee": self.settings.guarantee,
-            "rows": sum(m.rows for m in written),
-            "bytes": sum(m.bytes for m in written),
-            "commit_ms": round(commit_ms, 1),
-            "skipped_partitions": sorted(m.partition for m in prepared if m.skipped),
-            "slowest_partition": slowest.partition if slowest else None,
-            "partitions": {
-                str(m.partition): {"rows": m.rows, "bytes": m.bytes, "ms": round(m.write_ms, 1)}
-                for m in written
-            },
-        }
-        log.info("batch committed %s", json.dumps(line))
-        metrics_file = os.environ.get(METRICS_ENV)
-        if metrics_file:  # one JSON line per batch, for benchmarks and dashboards
-            with open(metrics_file, "a") as f:
-                f.write(json.dumps(line) + "\n")
+#: A failed batch job's tasks that Spark did not report may still be running when it calls
+#: abort (seen with PySpark 4.3: a task finished and prepared seconds after its job failed):
+#: the store's job clean-up runs once at once and again this many seconds later.
+JOB_ABORT_RECHECK_S = 5.0
+#: The batch id a batch job's tasks see (TaskInfo.batch_id): a job has one "batch".
+JOB_BATCH_ID = 0
+
+
+class TwoPhaseCommitBatchWriter(_Protocol, DataSourceArrowWriter):
+    """PySpark's batch writer (`df.write`, Arrow variant) running the same protocol around a
+    sink, with the job in place of the micro-batch:
+
+    * the job's id (SinkSettings.job_id, a fresh uuid per `save()`) stands in for the
+      checkpoint and the batch id in the store's names (Kafka transactional ids, Delta files);
+    * there is no transaction log: nothing outlives the job. The tasks' handles travel in their
+      commit messages; Spark calls `commit` once every task succeeded, and the store makes
+      them all visible (one Delta commit; each Kafka transaction, with the commit's retries);
+    * a failed job (any task failed after Spark's retries, or the commit raised) is aborted:
+      the reported handles, and whatever the store finds under the job's identity that Spark
+      did not report (`TwoPhaseCommitSink.abortJob`), twice, JOB_ABORT_RECHECK_S apart.
+    No recovery is needed at the start: a job never resumes another's work.
+    """
+
+    def prepare_for_tasks(self) -> None:
+        """Before the job's tasks: validate the store."""
+        _structured_logger()
+        self.sink.open()
+        self.ready_for_tasks = True
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPartition:
+        from pyspark import TaskContext
+
+        self._refuse_unprepared()
+        ctx = TaskContext.get()
+        info = TaskInfo(JOB_BATCH_ID, ctx.partitionId(), ctx.attemptNumber())
+        return self._write_partition(info, iterator, time.perf_counter())
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _structured_logger()
+        started = time.perf_counter()
+        prepared = [m for m in messages if isinstance(m, PreparedPartition)]
+        handles = {m.partition: m.handle for m in prepared if m.handle is not None}
+        if self.exactly_once and (handles or self.sink.commit_empty_batches):
+            lost = self._commit(JOB_BATCH_ID, handles, recovering=False)
+            if lost:
+                committed = sorted(p for p in handles if p not in lost)
+                raise TransactionLost(
+                    lost,
+                    f"{self.sink.describe()}: batch job {self.settings.job_id} cannot be "
+                    f"committed; partition(s) {committed} were committed before",
+                )
+        self._log_batch(JOB_BATCH_ID, prepared, (time.perf_counter() - started) * 1000)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _structured_logger()
+        if not self.exactly_once:
+            return  # every task committed its own writes: what succeeded stays
+        handles = [m.handle for m in messages if isinstance(m, PreparedPartition) and m.handle]
+        log.warning("%s: batch job %s failed; aborting what its tasks prepared",
+                    self.sink.describe(), self.settings.job_id)
+        self.sink.abortJob(handles, len(messages))
+        self._between_abort_passes()
+        self.sink.abortJob([], len(messages))
+
+    def _between_abort_passes(self) -> None:
+        time.sleep(JOB_ABORT_RECHECK_S)
