@@ -986,3 +986,116 @@ def test_every_sink_knows_the_templates_options_and_what_spark_passes():
     reject_unknown_options(Options(raw), ("mine",), format_name="x")
     with pytest.raises(OptionError, match=r"Option 'minbatchestoretian'.*the x sink.*did you mean 'minBatchesToRetain'"):
         reject_unknown_options(Options({"minbatchestoretian": "3"}), (), format_name="x")
+
+
+# -- batch writes (df.write): the job in place of the micro-batch ------------------------------
+
+
+class FakeJobStore(FakeStore):
+    def abortJob(self, handles, partitions):
+        self.calls.append(("abortJob", list(handles), partitions))
+
+
+def make_job(guarantee=EXACTLY_ONCE, **store_kw):
+    from sinks.two_phase_commit import TwoPhaseCommitBatchWriter
+
+    settings = SinkSettings.for_batch_job("fake", Options({"deliveryGuarantee": guarantee}))
+    store = FakeJobStore(settings, **store_kw)
+    writer = store.batchWriter()
+    assert isinstance(writer, TwoPhaseCommitBatchWriter)
+    return store, writer
+
+
+def test_a_batch_job_needs_no_checkpoint_and_gets_a_fresh_id_per_job():
+    one = SinkSettings.for_batch_job("fake", Options({}))
+    two = SinkSettings.for_batch_job("fake", Options({}))
+    assert one.checkpoint_location is None and one.guarantee == EXACTLY_ONCE
+    assert one.batch_job and one.job_id != two.job_id
+    assert not SinkSettings.from_options("fake", Options({"checkpointLocation": "/c"})).batch_job
+    with pytest.raises(ValueError, match="for_batch_job"):
+        FakeStore(make_settings("/c")).batchWriter()
+
+
+def test_a_batch_job_opens_the_store_when_pickled_for_its_tasks_and_never_recovers():
+    store, writer = make_job()
+    pickle.dumps(writer)
+    pickle.dumps(writer)  # Spark pickles it twice: for the tasks and for the commit
+    assert store.named("open", "cleanupAbandoned", "recoverAndAbort") == [("open",)]
+
+
+def test_a_batch_jobs_tasks_prepare_and_hand_their_handle_to_the_driver(tmp_path, monkeypatch):
+    import pyspark
+
+    class Ctx:  # a batch job's task: no streaming.sql.batchId
+        def getLocalProperty(self, key):
+            return None
+
+        def partitionId(self):
+            return 3
+
+        def attemptNumber(self):
+            return 1
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: Ctx()))
+    monkeypatch.chdir(tmp_path)
+    store, writer = make_job()
+    pickle.dumps(writer)
+    message = writer.write(iter([pa.record_batch({"v": [1, 2]})]))
+    assert message.handle == {"b": 0, "p": 3, "a": 1, "rows": 2}
+    assert store.named("begin", "preCommit", "commit") == [("begin", 0, 3, 1), ("preCommit", 0, 3, 1)]
+    assert list(tmp_path.iterdir()) == []  # no transaction log anywhere
+
+
+def test_a_batch_job_commit_makes_every_handle_visible_at_once():
+    store, writer = make_job()
+    writer.commit(msgs(0, [0, 1, 2]) + [PreparedPartition(0, 3, 0, None)])
+    assert store.named("commit") == [("commit", 0, handles_of(msgs(0, [0, 1, 2])))]
+    assert store.named("abortJob") == []
+
+
+def test_a_batch_job_commit_retries_transient_errors():
+    store, writer = make_job(fail_times=2)
+    writer.commit(msgs(0, [0, 1]))
+    assert len(store.named("commit")) == 3 and store.visible[0] == handles_of(msgs(0, [0, 1]))
+
+
+def test_a_lost_partition_fails_the_job_naming_what_was_committed():
+    store, writer = make_job(per_partition=True, lost={1})
+    with pytest.raises(TransactionLost, match=r"partition\(s\) \[1\].*partition\(s\) \[0, 2\] were committed"):
+        writer.commit(msgs(0, [0, 1, 2]))
+
+
+def test_a_failed_batch_job_is_aborted_twice_the_second_time_for_late_tasks(monkeypatch):
+    from sinks import two_phase_commit as tpc
+
+    monkeypatch.setattr(tpc, "JOB_ABORT_RECHECK_S", 0.0)
+    store, writer = make_job()
+    messages = [msgs(0, [0])[0], None, None, msgs(0, [3])[0]]
+    writer.abort(messages)
+    assert store.named("abortJob") == [
+        ("abortJob", [h(0, 0), h(0, 3)], 4),
+        ("abortJob", [], 4),
+    ]
+
+
+def test_the_default_abort_job_aborts_the_reported_handles():
+    store = FakeStore(SinkSettings.for_batch_job("fake", Options({})))
+    store.abortJob([h(0, 1)], 4)
+    assert store.aborted == [h(0, 1)]
+
+
+@pytest.mark.parametrize("guarantee", [AT_LEAST_ONCE, NONE])
+def test_at_least_once_batch_jobs_commit_in_the_tasks_and_abort_nothing(guarantee, monkeypatch):
+    import pyspark
+
+    from connectors.testing.task_context import FakeTaskContext
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: FakeTaskContext(0, 1, 0)))
+    store, writer = make_job(guarantee)
+    pickle.dumps(writer)
+    writer.write(iter([pa.record_batch({"v": [1]})]))
+    assert store.visible == {0: {1: {"b": 0, "p": 1, "a": 0, "rows": 1}}}
+    writer.abort([None])
+    writer.commit([])
+    assert store.named("abortJob", "abort") == []
+    assert len(store.named("commit")) == 1  # the task's own
