@@ -99,8 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="SIGKILL the pipeline's whole process group N times at random "
                            "moments, restarting it each time from its checkpoints")
     demo.add_argument("--bootstrap-servers", type=_bootstrap, default=None, metavar="HOST:PORT",
-                      help="a real Kafka cluster (plaintext) instead of the embedded broker; "
-                           "the demo creates two topics named eos-demo-<run>-*")
+                      help="a real Kafka cluster instead of the embedded broker (plaintext, "
+                           "or as --kafka-config says); the demo creates two topics named "
+                           "eos-demo-<run>-*")
+    demo.add_argument("--kafka-config", default=None, metavar="PATH",
+                      help="Kafka client settings for a secured cluster, in a Java-style "
+                           "properties file as Kafka's --command-config takes (key=value lines: "
+                           "security.protocol, sasl.mechanism, sasl.jaas.config, "
+                           "ssl.truststore.location or ssl.ca.location...; the Java client's "
+                           "names or librdkafka's), used by every Kafka client of the demo; "
+                           "secrets stay out of the command line and are never printed. Its "
+                           "bootstrap.servers is used when --bootstrap-servers is not given")
     demo.add_argument("--output-dir", default="kafka-eos-demo",
                       help="where each run writes run-<time>/: the Delta table, checkpoints, "
                            "pipeline.log, batches.jsonl and verification.json")
@@ -114,6 +123,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _kafka_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """--kafka-config's settings in librdkafka's names, without bootstrap.servers (which fills
+    in args.bootstrap_servers when the flag did not give it: the flag wins, as in Kafka's
+    tools). Errors are usage errors: one line, naming the file and the line or setting."""
+    from connectors.demo.kafka_config import KafkaConfigError, load_kafka_config
+
+    try:
+        conf = load_kafka_config(args.kafka_config)
+    except KafkaConfigError as exc:
+        parser.error(f"argument --kafka-config: {exc}")
+    from_file = conf.pop("bootstrap.servers", None)
+    if args.bootstrap_servers is None and from_file is not None:
+        try:
+            args.bootstrap_servers = _bootstrap(from_file)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"argument --kafka-config: {args.kafka_config}: bootstrap.servers: {exc}")
+    if args.bootstrap_servers is None:
+        parser.error("argument --kafka-config: needs --bootstrap-servers (or bootstrap.servers "
+                     "in the file): the embedded broker is plaintext")
+    return conf
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -122,11 +153,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.partitions > args.records:
         parser.error(f"argument --records: must be at least --partitions ({args.partitions})")
+    kafka_config: dict[str, str] = {}
+    if args.kafka_config is not None:
+        kafka_config = _kafka_config(parser, args)
 
     from connectors.demo.run import DemoConfig, DemoError, run_demo
 
     config = DemoConfig(
         bootstrap_servers=args.bootstrap_servers,
+        kafka_config=kafka_config,
         records=args.records,
         rate=args.rate,
         partitions=args.partitions,

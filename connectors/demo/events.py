@@ -60,6 +60,8 @@ class EventProducer:
     partitions: int
     events: list[Event]
     rate: float
+    #: Client settings for a secured cluster (librdkafka names), from --kafka-config.
+    client_config: dict[str, str] = field(default_factory=dict, repr=False)
     delivered: dict[tuple[int, int], int] = field(default_factory=dict)
     error: str | None = None
     _thread: threading.Thread | None = None
@@ -91,10 +93,12 @@ class EventProducer:
     def _produce_all(self) -> None:
         producer = Producer(
             {
-                "bootstrap.servers": self.bootstrap_servers,
-                "enable.idempotence": True,
                 "linger.ms": 20,
                 "client.id": "kafka-eos-demo-producer",
+                **self.client_config,
+                # what the verification relies on: not the settings' to change
+                "bootstrap.servers": self.bootstrap_servers,
+                "enable.idempotence": True,
             }
         )
 

@@ -9,6 +9,10 @@ creates the stop file; it then stops both queries and drains what is left with
 
     python -m connectors.demo.pipeline --bootstrap-servers B --input-topic T --output-topic O \\
         --table PATH --checkpoints DIR --stop-file FILE
+
+A secured cluster's client settings (`--kafka-config`) come in the environment variable
+KAFKA_EOS_DEMO_KAFKA_CONFIG (JSON, librdkafka names), never in argv; they become the source's
+and the sink's `kafka.*` options.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from connectors.demo import kafka_config
 
 DRAIN_MAX_OFFSETS = 50_000
 
@@ -59,9 +65,13 @@ def start_queries(
     # The drain catches up in few, larger batches: each batch costs a commit per partition.
     limit = max(args.max_offsets_per_trigger, DRAIN_MAX_OFFSETS) if drain else args.max_offsets_per_trigger
 
+    # --kafka-config's settings (TLS, SASL), as the connectors' kafka.* options
+    security = {f"kafka.{k}": v for k, v in args.kafka_config.items()}
+
     def enriched() -> DataFrame:
         source = (
             spark.readStream.format("kafka-eos")
+            .options(**security)
             .option("kafka.bootstrap.servers", args.bootstrap_servers)
             .option("subscribe", args.input_topic)
             .option("startingOffsets", "earliest")
@@ -90,6 +100,7 @@ def start_queries(
         )
         .writeStream.format("kafka-eos")
         .queryName("demo-kafka")
+        .options(**security)
         .option("kafka.bootstrap.servers", args.bootstrap_servers)
         .option("topic", args.output_topic)
         .option("checkpointLocation", os.path.join(args.checkpoints, "kafka"))
@@ -115,6 +126,9 @@ def main() -> None:
     ap.add_argument("--max-offsets-per-trigger", type=int, default=5000)
     ap.add_argument("--master", default="local[2,4]")  # 4 attempts: a failed task is retried
     args = ap.parse_args()
+    # Kafka client settings come in the environment (never argv), and are taken out of it
+    # before Spark starts, so that its JVM and Python workers do not inherit them.
+    args.kafka_config = kafka_config.from_env()
 
     from connectors.testing import local_spark
 

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TextIO
@@ -26,8 +26,9 @@ from typing import TextIO
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connectors.demo import verify
+from connectors.demo import kafka_config, verify
 from connectors.demo.events import EventProducer, sample_events
+from connectors.kafka_security import connection_hint
 from sinks.two_phase_commit import METRICS_ENV
 
 # After a (re)start, a kill waits until the pipeline says its queries run (the ready file),
@@ -44,6 +45,9 @@ class DemoError(Exception):
 @dataclass(frozen=True)
 class DemoConfig:
     bootstrap_servers: str | None = None  # None: start the embedded broker
+    #: --kafka-config's client settings (librdkafka names, no bootstrap.servers): TLS, SASL...
+    #: Used by every Kafka client of the demo; secrets among them, so never in the repr.
+    kafka_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     records: int = 20_000
     rate: float = 500.0
     partitions: int = 4
@@ -130,13 +134,11 @@ def _last_error_line(log_path: str) -> str:
 @contextlib.contextmanager
 def _broker(cfg: DemoConfig, out: TextIO) -> Iterator[str]:
     if cfg.bootstrap_servers:
-        try:
-            AdminClient(_quiet(cfg.bootstrap_servers)).list_topics(timeout=15)
-        except Exception as exc:
-            raise DemoError(
-                f"cannot reach Kafka at {cfg.bootstrap_servers}: {_error_text(exc)}"
-            ) from None
+        _check_reachable(cfg)
         print(f"Kafka: {cfg.bootstrap_servers}", file=out)
+        if cfg.kafka_config:
+            print(f"Kafka client settings (--kafka-config): "
+                  f"{kafka_config.describe(cfg.kafka_config)}", file=out)
         yield cfg.bootstrap_servers
         return
     from connectors.testing.broker import tansu_broker
@@ -153,8 +155,41 @@ def _broker(cfg: DemoConfig, out: TextIO) -> Iterator[str]:
         raise DemoError(f"the embedded broker is missing ({exc}); reinstall the package") from None
 
 
-def _create_topics(bootstrap: str, topics: list[str], partitions: int, embedded: bool) -> None:
-    admin = AdminClient(_quiet(bootstrap))
+#: librdkafka errors that say the cluster refused our settings (TLS, SASL): no use waiting.
+_REFUSALS = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
+
+
+def _check_reachable(cfg: DemoConfig, timeout_s: float = 15.0) -> None:
+    """List the cluster's topics with the demo's settings; a refusal of the TLS or SASL
+    settings fails at once, naming the settings to check (never their values)."""
+    assert cfg.bootstrap_servers
+    errors: list[KafkaError] = []
+    admin = AdminClient({**_quiet(cfg.bootstrap_servers, cfg.kafka_config),
+                         "error_cb": errors.append})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=1)
+            return
+        except Exception as exc:
+            admin.poll(0.1)  # serves error_cb
+            refused = [e for e in errors if e.code() in _REFUSALS or (
+                e.code() == KafkaError._TRANSPORT and "security.protocol" in e.str())]
+            if not refused and time.monotonic() < deadline:
+                continue
+            detail = refused[-1].str() if refused else _error_text(exc)
+            hint = ""
+            if cfg.kafka_config or refused:
+                conf = {"bootstrap.servers": cfg.bootstrap_servers, **cfg.kafka_config}
+                # the hint names the connectors' kafka.* options: the file's keys lack the prefix
+                hint = "; " + kafka_config.unprefixed(connection_hint(conf, detail))
+            raise DemoError(
+                f"cannot reach Kafka at {cfg.bootstrap_servers}: {detail}{hint}") from None
+
+
+def _create_topics(bootstrap: str, conf: Mapping[str, str], topics: list[str], partitions: int,
+                   embedded: bool) -> None:
+    admin = AdminClient(_quiet(bootstrap, conf))
     # A real cluster picks its own default replication factor (-1); the embedded one has one node.
     new = [NewTopic(t, partitions, 1 if embedded else -1) for t in topics]
     for topic, future in admin.create_topics(new).items():
@@ -171,9 +206,9 @@ def _error_text(exc: Exception) -> str:
     return str(exc)
 
 
-def _quiet(bootstrap: str) -> dict[str, object]:
+def _quiet(bootstrap: str, conf: Mapping[str, str]) -> dict[str, object]:
     """Admin calls report their own errors; librdkafka's log lines would garble the progress."""
-    return {"bootstrap.servers": bootstrap, "log_level": 0}
+    return {**conf, "bootstrap.servers": bootstrap, "log_level": 0}
 
 
 def _check_java() -> None:
@@ -220,10 +255,11 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
     print(f"Output: {run_dir} (seed {seed})", file=out)
 
     with _broker(cfg, out) as bootstrap:
-        _create_topics(bootstrap, [input_topic, output_topic], cfg.partitions,
+        _create_topics(bootstrap, cfg.kafka_config, [input_topic, output_topic], cfg.partitions,
                        embedded=not cfg.bootstrap_servers)
         events = sample_events(cfg.records, users=max(100, cfg.partitions * 25), seed=seed)
-        producer = EventProducer(bootstrap, input_topic, cfg.partitions, events, cfg.rate)
+        producer = EventProducer(bootstrap, input_topic, cfg.partitions, events, cfg.rate,
+                                 client_config=dict(cfg.kafka_config))
         pipeline = Pipeline(
             [
                 "--bootstrap-servers", bootstrap,
@@ -237,7 +273,9 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
                 "--max-offsets-per-trigger", str(cfg.max_offsets_per_trigger),
             ],
             paths["log"],
-            {**os.environ, METRICS_ENV: paths["metrics"]},
+            # the client settings go in the environment, never in argv (ps shows argv)
+            {**os.environ, METRICS_ENV: paths["metrics"],
+             **kafka_config.to_env(cfg.kafka_config)},
         )
         print(
             f"Producing {cfg.records:,} events to {input_topic} ({cfg.partitions} partitions, "
@@ -259,7 +297,8 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
         checks = [
             verify.check("delta-eos", verify.delta_rows(paths["table"]), producer.delivered, by_id,
                          verify.spark_batches(os.path.join(ckpt, "delta"))),
-            verify.check("kafka-eos", verify.kafka_rows(bootstrap, output_topic),
+            verify.check("kafka-eos",
+                         verify.kafka_rows(bootstrap, output_topic, cfg.kafka_config),
                          producer.delivered, by_id,
                          verify.spark_batches(os.path.join(ckpt, "kafka"))),
         ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 from deltalake import DeltaTable
@@ -74,9 +74,12 @@ def delta_rows(path: str) -> list[OutputRow]:
     return list(zip(*(data.column(c).to_pylist() for c in cols)))
 
 
-def kafka_rows(bootstrap_servers: str, topic: str) -> list[OutputRow]:
+def kafka_rows(bootstrap_servers: str, topic: str,
+               options: Mapping[str, str] | None = None) -> list[OutputRow]:
+    """The topic's committed rows, read with the client settings `options` (librdkafka names:
+    TLS, SASL)."""
     rows = []
-    for record in committed(bootstrap_servers, topic):
+    for record in committed(bootstrap_servers, topic, options=dict(options or {}) or None):
         v = json.loads(record.value)
         rows.append((v["source_partition"], v["source_offset"], v["event_id"], v["amount_cents"]))
     return rows
