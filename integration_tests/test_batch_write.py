@@ -209,3 +209,14 @@ def test_an_abort_after_a_delta_job_commit_landed_keeps_its_rows(tmp_path):
 
     assert DeltaTable(str(path)).to_pyarrow_table().num_rows == 20
     assert len(list(path.rglob("*.parquet"))) == 1
+
+
+def test_an_empty_delta_job_creates_a_missing_table_and_adds_no_version_to_one(tmp_path):
+    path = tmp_path / "t"
+    for expected_version in (0, 0):
+        writer = DeltaEosDataSource({"path": str(path)}).writer(SCHEMA, False)
+        writer.prepare_for_tasks()
+        writer.commit([PreparedPartition(JOB_BATCH_ID, 0, 0, None)])
+        table = DeltaTable(str(path))
+        assert table.version() == expected_version and table.to_pyarrow_table().num_rows == 0
+        assert table.schema().to_arrow().names == ["id", "key", "value"]

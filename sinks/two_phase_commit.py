@@ -22,6 +22,11 @@ and hands Spark `sink.streamWriter()`. Per batch N the writer does:
 When Spark pickles the writer for a batch's tasks, recovery runs first: a decided batch is
 committed (recoverAndCommit), an undecided one is aborted (recoverAndAbort). On a replay a
 partition already committed writes nothing; one whose transaction was lost is written again.
+
+`sink.batchWriter()` (for `df.write`, with SinkSettings.for_batch_job) runs the same steps with
+the job in place of the micro-batch: a fresh job id instead of the checkpoint and the batch id,
+no transaction log (nothing outlives the job), the job's commit making every handle visible,
+and a failed job aborted through `abortJob` (see TwoPhaseCommitBatchWriter).
 """
 
 from __future__ import annotations
