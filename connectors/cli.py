@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "one, printed at start)")
     demo.add_argument("--trigger-ms", type=_positive_int, default=1000,
                       help="the pipeline's processing-time trigger interval, in milliseconds")
+    demo.set_defaults(command_parser=demo)  # its errors read "kafka-eos demo: error: ..."
     demo.add_argument("--timeout", type=_positive_int, default=900, metavar="SECONDS",
                       help="give up after this long")
     return parser
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"argument --records: must be at least --partitions ({args.partitions})")
     kafka_config: dict[str, str] = {}
     if args.kafka_config is not None:
-        kafka_config = _kafka_config(parser, args)
+        kafka_config = _kafka_config(args.command_parser, args)
 
     from connectors.demo.run import DemoConfig, DemoError, run_demo
 

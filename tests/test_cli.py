@@ -68,10 +68,99 @@ def test_help_explains_every_option():
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     for option in ["--records", "--rate", "--partitions", "--chaos", "--bootstrap-servers",
-                   "--output-dir", "--seed", "--trigger-ms", "--timeout"]:
+                   "--kafka-config", "--output-dir", "--seed", "--trigger-ms", "--timeout"]:
         assert option in text
     assert "Exit status: 0 verified, 1 duplicates or missing records" in text
     assert "(default: None)" not in text
+
+
+# -- --kafka-config -------------------------------------------------------------------------------
+
+PASSWORD = "pa55=word-never-shown"
+
+
+def _properties(tmp_path, text: str) -> str:
+    path = tmp_path / "client.properties"
+    path.write_text(text)
+    return str(path)
+
+
+def test_kafka_config_is_read_once_into_librdkafka_names(tmp_path):
+    path = _properties(tmp_path, (
+        "bootstrap.servers=file-broker:9094\n"
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="u" password="{PASSWORD}";\n'))
+    from connectors.cli import _kafka_config
+
+    parser = build_parser()
+    args = parser.parse_args(["demo", "--kafka-config", path])
+    conf = _kafka_config(parser, args)
+    assert conf == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-256",
+                    "sasl.username": "u", "sasl.password": PASSWORD}
+    assert args.bootstrap_servers == "file-broker:9094"  # the file's, as no flag gave one
+    # --bootstrap-servers wins over the file's bootstrap.servers, as in Kafka's tools
+    args = parser.parse_args(["demo", "--kafka-config", path, "--bootstrap-servers", "flag:1"])
+    assert _kafka_config(parser, args) == conf and args.bootstrap_servers == "flag:1"
+
+
+def test_the_demo_config_never_shows_the_settings():
+    from connectors.demo.run import DemoConfig
+
+    cfg = DemoConfig(bootstrap_servers="b:1", kafka_config={"sasl.password": PASSWORD})
+    assert PASSWORD not in repr(cfg) and PASSWORD not in str(cfg)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (None, "argument --kafka-config: {path}: no such file"),
+        ("security.protocol=SASL_SSL\nsasl.password\n",
+         "argument --kafka-config: {path}, line 2: expected key=value"),
+        ("security.protocol=SSL\n", "argument --kafka-config: needs --bootstrap-servers "
+                                        "(or bootstrap.servers in the file)"),
+        ("bootstrap.servers=localhost\nsecurity.protocol=SSL\n",
+         "argument --kafka-config: {path}: bootstrap.servers: expected host:port"),
+        ("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+         f"sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+         f'username="u" password="{PASSWORD}";\n',
+         "argument --kafka-config: {path}: sasl.jaas.config: its login module is for PLAIN but "
+         "sasl.mechanism is SCRAM-SHA-512"),
+        ("security.protocol=SSL\nssl.keystore.location=/no/such/store.p12\n"
+         f"ssl.keystore.password={PASSWORD}\n",
+         "argument --kafka-config: {path}: ssl.keystore.location: cannot read "
+         "'/no/such/store.p12'"),
+    ],
+)
+def test_a_bad_kafka_config_is_one_line_exit_2_and_never_shows_a_secret(tmp_path, capsys, text,
+                                                                         fragment):
+    path = str(tmp_path / "missing.properties") if text is None else _properties(tmp_path, text)
+    argv = ["demo", "--kafka-config", path, "--output-dir", str(tmp_path / "out")]
+    if "bootstrap.servers" not in (text or "") and "needs --bootstrap" not in fragment:
+        argv += ["--bootstrap-servers", "127.0.0.1:1"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert fragment.format(path=path) in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert PASSWORD not in err
+    assert not (tmp_path / "out").exists()  # refused before any run started
+
+
+def test_kafka_config_from_the_shell_keeps_secrets_out_of_stderr(tmp_path):
+    path = _properties(tmp_path, f"sasl.password={PASSWORD}\nsasl.password2 {PASSWORD}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "connectors", "demo", "--bootstrap-servers", "127.0.0.1:1",
+         "--kafka-config", path],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == EXIT_USAGE
+    assert proc.stderr.strip().splitlines() == [
+        f"kafka-eos demo: error: argument --kafka-config: {path}, line 2: expected key=value "
+        "(or key: value), found a line with no '=' or ':' (a value spanning several lines "
+        "needs a backslash at the end of each line but the last) (see --help)"
+    ]
 
 
 # -- the verdict ---------------------------------------------------------------------------------

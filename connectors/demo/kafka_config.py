@@ -108,7 +108,9 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
         where = f"{source}, line {start}"
         raw_key, separator, raw_value = _split(logical)
         key = _unescape(raw_key, where)
-        shown = f" {key!r}" if _KEY.match(key) and not is_secret(key) else ""
+        # A key is shown only when it is clearly one: never a stray word (a value's fragment?)
+        shown = (f" {key!r}" if _KEY.match(key) and not is_secret(key)
+                 and (separator is not None or ("." in key and raw_value)) else "")
         if not key:
             raise KafkaConfigError(f"{where}: a setting with no name: expected key=value")
         if separator is None:
@@ -155,18 +157,37 @@ def load_kafka_config(path: str) -> dict[str, str]:
     if not settings:
         raise KafkaConfigError(f"{path}: no settings in it (key=value lines expected)")
     try:
-        return translate(settings)
+        conf = translate(settings)
     except OptionError as e:
         prefix = f"Option '{e.option}': "
         message = str(e)[len(prefix):] if str(e).startswith(prefix) else str(e)
         key = e.option.removeprefix("kafka.")
         raise KafkaConfigError(f"{path}: {key}: {unprefixed(message)}") from None
+    check_with_librdkafka(conf, path)
+    return conf
 
 
 def unprefixed(text: str) -> str:
     """A message naming the connectors' `kafka.*` options, with the names as this file spells
     them (no prefix); org.apache.kafka.* class names untouched."""
     return re.sub(r"(?<![\w.])kafka\.", "", text)
+
+
+def check_with_librdkafka(conf: Mapping[str, str], source: str) -> None:
+    """Refuse what librdkafka refuses (an unknown property, a CA file that does not load...)
+    now, naming `source`, rather than when the demo's first client starts. Connects nowhere."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient({**conf, "log_level": 0})
+    except (KafkaException, ValueError, TypeError) as e:
+        error = e.args[0] if e.args else e
+        text = error.str() if hasattr(error, "str") else str(error)
+        for key, value in conf.items():  # librdkafka quotes values it refuses: never a secret
+            if is_secret(key) and value:
+                text = text.replace(value, "***")
+        raise KafkaConfigError(f"{source}: {text}") from None
 
 
 def describe(conf: Mapping[str, str]) -> str:

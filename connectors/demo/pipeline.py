@@ -136,7 +136,9 @@ def main() -> None:
     queries = start_queries(spark, args, drain=False)
     with open(args.ready_file, "w") as f:  # the demo's chaos waits for this: batches now run
         f.write(str(os.getpid()))
-    while not os.path.exists(args.stop_file):
+    # Stop once asked to, and once every query has run a trigger: a query stopped while its
+    # source is still starting leaves Spark waiting for the source's Python runner to time out.
+    while not (os.path.exists(args.stop_file) and all(q.lastProgress for q in queries)):
         for q in queries:
             if q.exception() is not None:  # a failed query fails the job: the demo shows why
                 raise q.exception()
