@@ -61,6 +61,20 @@ def _secrets(options: dict[str, str], b) -> list[str]:
     return [v for k, v in options.items() if "password" in k] + list(b.users.values())
 
 
+def _assert_refused(message: str, option: str, options: dict[str, str], b) -> None:
+    assert option in message, message[-2000:]
+    for secret in _secrets(options, b):
+        assert secret not in message
+
+
+def _sink_query(spark, options: dict[str, str], guarantee: str, tmp_path):
+    return (spark.readStream.format("rate").option("rowsPerSecond", "5").load()
+            .selectExpr("CAST(value AS STRING) AS value")
+            .writeStream.format("kafka-eos").options(**options)
+            .option("topic", "anything").option("deliveryGuarantee", guarantee)
+            .option("checkpointLocation", str(tmp_path / "ck")).start())
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_the_source_refuses_at_query_start(spark, sasl_ssl, bootstrap, case, tmp_path):
     options, option = _cases(sasl_ssl, bootstrap)[case]
@@ -69,35 +83,19 @@ def test_the_source_refuses_at_query_start(spark, sasl_ssl, bootstrap, case, tmp
         .option("subscribe", "anything").load()
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "ck")).start()))
-    assert option in message, message[-2000:]
-    for secret in _secrets(options, sasl_ssl):
-        assert secret not in message
+    _assert_refused(message, option, options, sasl_ssl)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_exactly_once_sink_refuses_at_query_start(spark, sasl_ssl, bootstrap, case, tmp_path):
     options, option = _cases(sasl_ssl, bootstrap)[case]
-    message = _fails_at_start(lambda: (
-        spark.readStream.format("rate").option("rowsPerSecond", "5").load()
-        .selectExpr("CAST(value AS STRING) AS value")
-        .writeStream.format("kafka-eos").options(**options)
-        .option("topic", "anything").option("deliveryGuarantee", "exactly-once")
-        .option("checkpointLocation", str(tmp_path / "ck")).start()))
-    assert option in message, message[-2000:]
-    for secret in _secrets(options, sasl_ssl):
-        assert secret not in message
+    message = _fails_at_start(lambda: _sink_query(spark, options, "exactly-once", tmp_path))
+    _assert_refused(message, option, options, sasl_ssl)
 
 
 def test_the_at_least_once_sink_refuses_at_query_start(spark, sasl_ssl, bootstrap, tmp_path):
     """Without transactions the tasks' producers are the only clients: their librdkafka
     settings are checked at start the same way."""
     options, option = _cases(sasl_ssl, bootstrap)["wrong password"]
-    message = _fails_at_start(lambda: (
-        spark.readStream.format("rate").option("rowsPerSecond", "5").load()
-        .selectExpr("CAST(value AS STRING) AS value")
-        .writeStream.format("kafka-eos").options(**options)
-        .option("topic", "anything").option("deliveryGuarantee", "at-least-once")
-        .option("checkpointLocation", str(tmp_path / "ck")).start()))
-    assert option in message, message[-2000:]
-    for secret in _secrets(options, sasl_ssl):
-        assert secret not in message
+    message = _fails_at_start(lambda: _sink_query(spark, options, "at-least-once", tmp_path))
+    _assert_refused(message, option, options, sasl_ssl)
