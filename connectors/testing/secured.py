@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -85,25 +84,6 @@ def _client_options(
     return options
 
 
-def _wait_until_listed(bootstrap: str, options: dict[str, str], proc: subprocess.Popen, timeout_s: float = 30) -> None:
-    """Wait until a correctly configured client lists topics through the proxy (TLS, SASL and
-    the advertised address all work), unlike broker._wait_until_ready's plaintext check."""
-    from confluent_kafka.admin import AdminClient
-
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"local broker exited with status {proc.returncode}")
-        try:
-            AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **options}).list_topics(timeout=3)
-            return
-        except Exception as e:
-            last = e
-            time.sleep(0.2)
-    raise RuntimeError(f"secured broker at {bootstrap} not ready after {timeout_s}s: {last}")
-
-
 @contextlib.contextmanager
 def secured_broker(
     protocol: SecurityProtocol,
@@ -166,7 +146,7 @@ def secured_broker(
                     # failed"), then the real check through the proxy with the client options.
                     _wait_until_ready(upstream, proc)
                     options = _client_options(protocol, mechanism if sasl else None, pki, mtls, users)
-                    _wait_until_listed(bootstrap, options, proc)
+                    _wait_until_ready(bootstrap, proc, client_config=options)
                     log.info("secured broker (%s) at %s, Tansu pid %d", protocol, bootstrap, proc.pid)
                     yield SecuredBroker(
                         bootstrap_servers=bootstrap,
