@@ -543,3 +543,38 @@ def test_what_spark_passes_to_a_sink_is_never_refused(tmp_path):
                           **{"kafka.acks": "all", "flushtimeout": "5s"})
     writer = ksink.kafka_stream_writer(raw, SCHEMA, False)
     assert writer.sink.options.flush_timeout_s == 5
+
+
+# ------------------------------------------------------------------ batch writes (df.write)
+
+
+def test_a_batch_job_has_transactional_ids_of_its_own_under_the_prefix(tmp_path):
+    raw = {"kafka.bootstrap.servers": "b:9092", "topic": "out"}
+    one = ksink.kafka_batch_writer(raw, SCHEMA, False).sink
+    two = ksink.kafka_batch_writer(raw, SCHEMA, False).sink
+    assert one.settings.job_id != two.settings.job_id
+    assert one.options.prefix == f"kafka-eos-batch-{one.settings.job_id}"
+    mine = ksink.kafka_batch_writer({**raw, "transactionalidprefix": "app"}, SCHEMA, False).sink
+    assert mine.options.prefix == f"app-{mine.settings.job_id}"  # the ACL app* covers it
+
+
+@pytest.mark.parametrize("option", ["checkpointlocation", "minbatchestoretain", "queryname"])
+def test_a_batch_write_refuses_streaming_options(option):
+    raw = {"kafka.bootstrap.servers": "b:9092", "topic": "out", option: "x"}
+    with pytest.raises(OptionError, match=rf"Option '{option}'.*a kafka-eos batch write"):
+        ksink.kafka_batch_writer(raw, SCHEMA, False)
+    with pytest.raises(OptionError, match=r"Option 'mode'.*'overwrite' is refused"):
+        ksink.kafka_batch_writer({"kafka.bootstrap.servers": "b:9092", "topic": "o"}, SCHEMA, True)
+
+
+def test_a_failed_batch_job_fences_every_id_its_tasks_may_have_used(coordinator, monkeypatch):
+    fenced = []
+    monkeypatch.setattr(ksink, "fence_transactional_id",
+                        lambda conf, tid, timeout_ms: fenced.append(tid))
+    sink = ksink.kafka_batch_writer({"kafka.bootstrap.servers": "b:9092", "topic": "out"},
+                                    SCHEMA, False).sink
+    p = sink.options.prefix
+    reported = {**HANDLE, "transactional_id": f"{p}-1-5"}  # a sixth attempt succeeded
+    sink.abortJob([reported], partitions=2)
+    assert [(t, c) for t, c in coordinator["ended"]] == [(ksink._prepared(reported), False)]
+    assert fenced == [f"{p}-{part}-{a}" for part in range(2) for a in range(6)]
