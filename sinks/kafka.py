@@ -496,15 +496,20 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
         headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
         for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers):
+            topic = topic or default_topic
+            if topic is None:  # Spark's Kafka sink fails the same way
+                raise ValueError(
+                    f"{self.describe()}: null topic present in the data; set "
+                    '.option("topic", ...) or give every row a topic')
             kwargs: dict[str, Any] = {"value": value, "key": key}
             if part is not None:
                 kwargs["partition"] = part
             if hdrs:
                 kwargs["headers"] = [(h["key"], h["value"]) for h in hdrs]
             try:
-                produce(topic or default_topic, **kwargs)
+                produce(topic, **kwargs)
             except BufferError:
-                _produce_when_room(producer, topic or default_topic, **kwargs)
+                _produce_when_room(producer, topic, **kwargs)
         producer.poll(0)
 
     def preCommit(self, txn: KafkaTxn) -> Handle:

@@ -578,3 +578,15 @@ def test_a_failed_batch_job_fences_every_id_its_tasks_may_have_used(coordinator,
     sink.abortJob([reported], partitions=2)
     assert [(t, c) for t, c in coordinator["ended"]] == [(ksink._prepared(reported), False)]
     assert fenced == [f"{p}-{part}-{a}" for part in range(2) for a in range(6)]
+
+
+def test_a_null_topic_without_the_topic_option_fails_the_task_as_in_spark(tmp_path):
+    from pyspark.sql.types import StringType
+
+    schema = StructType([StructField("topic", StringType()), StructField("value", BinaryType())])
+    opts = Options({"kafka.bootstrap.servers": "b:9092", "checkpointLocation": str(tmp_path / "ck")})
+    settings = SinkSettings.from_options("kafka-eos", opts)
+    sink = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema))
+    with pytest.raises(ValueError, match=r"null topic.*set \.option\(\"topic\""):
+        sink.invoke(ksink.KafkaTxn(TaskInfo(0, 0, 0), _RecordingProducer(), None),
+                    _rows(topic=["t1", None], value=[b"a", b"b"]))
