@@ -662,13 +662,19 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         timeout_ms = self.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
         for partition in range(partitions):
             for attempt in range(attempts + 1):
-                tid = transactional_id(self.options.prefix, partition, attempt)
-                try:
-                    fence_transactional_id(self.options.kafka_conf, tid, timeout_ms)
-                except TxnAuthorizationError as e:
-                    raise self._acl_error(e) from e
-                except (TransientTxnError, TxnRequestError) as e:
-                    log.warning("%s: could not fence %s: %s", self.describe(), tid, e)
+                self._fence(transactional_id(self.options.prefix, partition, attempt),
+                            timeout_ms)
+
+    def _fence(self, tid: str, timeout_ms: int) -> bool:
+        """InitProducerId for `tid`; False (logged) when the cluster cannot do it now."""
+        try:
+            fence_transactional_id(self.options.kafka_conf, tid, timeout_ms)
+            return True
+        except TxnAuthorizationError as e:
+            raise self._acl_error(e) from e
+        except (TransientTxnError, TxnRequestError) as e:
+            log.warning("%s: could not fence %s: %s", self.describe(), tid, e)
+            return False
 
     def isTransient(self, exc: BaseException) -> bool:
         """Definite Kafka errors (authorization, a refusal the output settled, any error
@@ -688,12 +694,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         for path, note in notes.pending().items():
             for attempt in range(int(note["attempt"]), -1, -1):
                 tid = transactional_id(note["prefix"], int(note["partition"]), attempt)
-                try:
-                    fence_transactional_id(self.options.kafka_conf, tid, timeout_ms)
-                except TxnAuthorizationError as e:
-                    raise self._acl_error(e) from e
-                except (TransientTxnError, TxnRequestError) as e:
-                    log.warning("%s: could not fence %s: %s", self.describe(), tid, e)
+                if not self._fence(tid, timeout_ms):
                     return  # keep the note: the next batch tries again
             log.info("%s: fenced the transactional ids of partition %s, attempts 0..%s",
                      self.describe(), note["partition"], note["attempt"])
