@@ -20,6 +20,15 @@ def broker() -> Broker:
         yield b
 
 
+@pytest.fixture
+def freezable_broker(broker: Broker) -> Broker:
+    """The broker, for tests that freeze it (SIGSTOP of Tansu, pause of a container)."""
+    if not broker.supports("freeze"):
+        pytest.skip(f"cannot freeze the {broker.kind} broker: it runs outside this machine's "
+                    "control")
+    return broker
+
+
 @pytest.fixture(scope="session")
 def bootstrap(broker: Broker) -> str:
     return broker.bootstrap_servers

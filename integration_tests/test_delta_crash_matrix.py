@@ -132,19 +132,17 @@ def test_random_kills_then_restart(pipeline):
     _verify(paths, expected)
 
 
-def test_broker_frozen_longer_than_poll_timeout(pipeline, broker):
-    if not broker.supports("freeze"):
-        pytest.skip(f"the {broker.kind} broker runs outside this machine's control")
+def test_broker_frozen_longer_than_poll_timeout(pipeline, freezable_broker):
     args, paths, expected = pipeline
     args = [*args, "--poll-timeout-ms", "3000", "--max-per-trigger", "20"]
     proc = start_pipeline(PIPELINE, *args, log_path=paths["log"])
     try:
         wait_for(lambda: len(_safe_records(paths["table"])) > 0, 180, "the first committed batch")
-        broker.freeze()
+        freezable_broker.freeze()
         try:
             time.sleep(10)  # over three times the poll timeout
         finally:
-            broker.resume()
+            freezable_broker.resume()
         rc = wait_exit(proc, paths["log"])
     finally:
         kill_group(proc)

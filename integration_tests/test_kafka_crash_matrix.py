@@ -127,19 +127,17 @@ def test_random_kills_then_restart(bootstrap, pipeline):
     _verify(bootstrap, paths, expected, out)
 
 
-def test_broker_frozen_longer_than_poll_timeout(bootstrap, broker, pipeline):
-    if not broker.supports("freeze"):
-        pytest.skip(f"the {broker.kind} broker runs outside this machine's control")
+def test_broker_frozen_longer_than_poll_timeout(bootstrap, freezable_broker, pipeline):
     args, paths, expected, out = pipeline
     args = [*args, "--poll-timeout-ms", "3000", "--max-per-trigger", "20"]
     proc = start_pipeline(PIPELINE, *args, log_path=paths["log"])
     try:
         wait_for(lambda: len(committed(bootstrap, out)) > 0, 180, "the first committed batch")
-        broker.freeze()
+        freezable_broker.freeze()
         try:
             time.sleep(10)
         finally:
-            broker.resume()
+            freezable_broker.resume()
         rc = wait_exit(proc, paths["log"])
     finally:
         kill_group(proc)
