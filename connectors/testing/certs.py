@@ -61,17 +61,25 @@ def _name(common_name: str) -> x509.Name:
     ])
 
 
-def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = _key()
+def _builder(common_name: str, issuer: x509.Name,
+             key: ec.EllipticCurvePrivateKey) -> x509.CertificateBuilder:
+    """What every certificate here has: subject, issuer, key, a fresh serial, the validity."""
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
-        .issuer_name(_name(common_name))
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(now + _VALIDITY)
+    )
+
+
+def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = _key()
+    cert = (
+        _builder(common_name, _name(common_name), key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -95,15 +103,8 @@ def _leaf(
     server: bool,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _key()
-    now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common_name))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(now + _VALIDITY)
+        _builder(common_name, ca_cert.subject, key)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
