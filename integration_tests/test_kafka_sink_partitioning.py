@@ -107,16 +107,7 @@ def test_keyed_rows_land_on_the_java_partitioners_partition(spark, bootstrap, tm
         spark.readStream.format("json").schema("k STRING, v STRING").load(str(src))
         .selectExpr(key_expr, "v AS value")
     )
-    query = (
-        frame.writeStream.format("kafka-eos")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", out_topic)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
-    assert query.exception() is None
+    _write_all(frame, bootstrap, out_topic, tmp_path)
 
     got = committed(bootstrap, out_topic)
     assert sorted(r.key for r in got) == sorted(keys)  # every row, once
@@ -125,6 +116,20 @@ def test_keyed_rows_land_on_the_java_partitioners_partition(spark, bootstrap, tm
     assert not wrong, f"{len(wrong)} of {len(got)} rows not where Java puts them, e.g. {wrong[:3]}"
     # The keys spread over every partition: the check above is not vacuous.
     assert {r.partition for r in got} == set(range(PARTITIONS))
+
+
+def _write_all(frame, bootstrap: str, topic: str, tmp_path) -> None:
+    """Everything in `frame` through a kafka-eos query with the `topic` option, to the end."""
+    query = (
+        frame.writeStream.format("kafka-eos")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
 
 
 def _is_utf8(b: bytes) -> bool:
@@ -149,16 +154,7 @@ def test_the_topic_option_overrides_the_topic_column(spark, bootstrap, tmp_path)
         spark.readStream.format("json").schema("t STRING, v STRING").load(str(src))
         .selectExpr("t AS topic", "CAST(NULL AS STRING) AS key", "v AS value")
     )
-    query = (
-        frame.writeStream.format("kafka-eos")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", option_topic)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
-    assert query.exception() is None
+    _write_all(frame, bootstrap, option_topic, tmp_path)
     assert sorted(r.value for r in committed(bootstrap, option_topic)) == sorted(
         f"v{i}".encode() for i in range(20))
     assert committed(bootstrap, column_topic) == []
