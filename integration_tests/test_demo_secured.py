@@ -7,13 +7,13 @@ any process's argv."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 from connectors.testing.secured import secured_broker
+from integration_tests.test_demo import assert_every_sink_exactly_once
 
 
 def _java_properties(tmp_path: Path, user: str, password: str, ca_pem: str) -> Path:
@@ -84,11 +84,7 @@ def test_demo_on_a_sasl_ssl_cluster_verifies_exactly_once_and_never_shows_the_pa
     assert "sasl.mechanisms=SCRAM-SHA-512" in stdout and f"sasl.username={user}" in stdout
 
     (run,) = runs
-    verdict = json.loads((run / "verification.json").read_text())
-    assert verdict["produced"] == 1200 and verdict["kills"] == 0
-    for sink in verdict["sinks"]:
-        assert (sink["rows"], sink["duplicates"], sink["missing"], sink["unexpected"]) == (
-            1200, 0, 0, 0), sink
+    assert_every_sink_exactly_once(run, produced=1200, kills=0)
 
     # The password appears nowhere: not in the output, not in anything the run wrote.
     assert password not in stdout and password not in stderr
