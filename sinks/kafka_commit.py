@@ -212,12 +212,6 @@ class CommitClient:
         return f"CommitClient({self.conf.get('bootstrap.servers')!r}, " \
                f"{self._config['security_protocol']})"
 
-    def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-
     def _net(self, timeout_s: float) -> KafkaNetClient:
         if self._client is None:
             self._client = KafkaNetClient(
@@ -325,14 +319,6 @@ def commit_client(cluster: Cluster) -> CommitClient:
         if client is None:
             client = _CLIENTS[key] = CommitClient(conf)
         return client
-
-
-def close_commit_clients() -> None:
-    with _CLIENTS_LOCK:
-        clients = list(_CLIENTS.values())
-        _CLIENTS.clear()
-    for client in clients:
-        client.close()
 
 
 def check_cluster(cluster: Cluster, timeout_s: float = 10.0) -> None:
