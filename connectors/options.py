@@ -110,6 +110,12 @@ class Options:
             return default_ms
         return parse_duration_ms(name, value)
 
+    def get_size_bytes(self, name: str, default: int) -> int:
+        value = self.get(name)
+        if value is None:
+            return default
+        return parse_size_bytes(name, value)
+
     def get_json(self, name: str) -> Any:
         value = self.get(name)
         if value is None:
@@ -157,3 +163,17 @@ def parse_duration_ms(name: str, value: str) -> int:
         )
     unit = (m.group(2) or "ms").lower()
     return int(m.group(1)) * _UNIT_MS[unit]
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNIT_BYTES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size_bytes(name: str, value: str) -> int:
+    """'134217728', '128k', '128m', '1g' (or '128MB', '128MiB'): powers of 1024, as Spark's
+    byte-size settings read them."""
+    m = _SIZE.match(value)
+    if not m:
+        raise OptionError(name, f"expected a size such as '64m', '128MB' or '1g'; got {value!r}")
+    unit = (m.group(2) or "").lower()[:1]
+    return int(m.group(1)) * _UNIT_BYTES[unit]

@@ -8,7 +8,6 @@ atomically whether batch N is in (`isCommitted`). The commit protocol is the tem
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -28,8 +27,11 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from pyspark.sql.types import StructType
 
 from connectors.options import OptionError, Options
-from connectors.paths import normalise, resolve
-from sinks.checkpoint import last_committed_batch, writer_identity
+from connectors.paths import resolve
+from sinks import delta_protocol
+from sinks.checkpoint import last_committed_batch
+from sinks.delta_options import BATCH_OPTIONS, OPTION_PREFIXES, OPTIONS, DeltaOptions
+from sinks.delta_stats import file_stats
 from sinks.two_phase_commit import (
     EXACTLY_ONCE,
     JOB_BATCH_ID,
@@ -44,84 +46,28 @@ from sinks.txn_log import Handle
 log = logging.getLogger("kafka_eos.sink.delta")
 
 FORMAT_NAME = "delta-eos"
-#: The sink's own options (besides the template's and `delta.*`); anything else is refused.
-OPTIONS = ("path", "partitionBy", "mergeSchema", "appId", "orphanFileRetention")
-OPTION_PREFIXES = ("delta.",)
-#: A batch write's: appId names a streaming writer's batches, and the orphan sweep belongs
-#: to the streaming sink (a job deletes its own files when it fails).
-BATCH_OPTIONS = ("path", "partitionBy", "mergeSchema")
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 #: In a batch job's commit info: the job's id, by which a retried commit finds it landed.
 JOB_METADATA_KEY = "kafka_eos.job"
-
-
-#: Orphan files younger than this are left alone: a task may still be writing them.
-DEFAULT_ORPHAN_RETENTION_MS = 3_600_000
-
-
-@dataclass(frozen=True)
-class DeltaOptions:
-    path: str  # a URI delta-rs and pyarrow.fs read alike (connectors/paths.py)
-    partition_by: tuple[str, ...]
-    merge_schema: bool
-    app_id: str
-    app_id_explicit: bool
-    orphan_retention_ms: int
-    storage_options: dict[str, str] = field(repr=False)  # may hold keys: never in a repr
-
-    @property
-    def file_tag(self) -> str:
-        """In every data file's name: whose files they are, for the orphan clean-up."""
-        return hashlib.sha256(self.app_id.encode()).hexdigest()[:16]
-
-    @classmethod
-    def parse(cls, opts: Options, settings: SinkSettings) -> "DeltaOptions":
-        path = normalise(
-            "path", opts.require("path", 'the Delta table\'s location, e.g. .option("path", "/data/t")')
-        )
-        partition_by = tuple(
-            c.strip() for c in (opts.get("partitionBy") or "").split(",") if c.strip()
-        )
-        app_id = opts.get("appId")
-        explicit = bool(app_id)
-        if settings.batch_job:
-            app_id = f"delta-eos-batch-{settings.job_id}"  # names the job's files only
-        elif not app_id:
-            app_id = "delta-eos-" + _default_identity(settings, path)
-        return cls(
-            path=path,
-            partition_by=partition_by,
-            merge_schema=opts.get_bool("mergeSchema", False),
-            app_id=app_id,
-            app_id_explicit=explicit,
-            orphan_retention_ms=opts.get_duration_ms("orphanFileRetention", DEFAULT_ORPHAN_RETENTION_MS),
-            storage_options=opts.with_prefix("delta."),
-        )
-
-
-def _default_identity(settings: SinkSettings, path: str) -> str:
-    """The query's own id (so a reset checkpoint is a new writer), fixed in the transaction
-    log at the first exactly-once start; checkpoints of earlier versions keep the id they had,
-    derived from the checkpoint path."""
-    origin = settings.checkpoint_location or path
-    legacy = hashlib.sha256(origin.encode()).hexdigest()[:16]
-    if settings.guarantee != EXACTLY_ONCE or not settings.checkpoint_location:
-        return legacy  # no txn action is written: the id only names files
-    return writer_identity(settings.checkpoint_location, legacy=legacy)
+#: In a compaction's commit info: the appId of the sink that compacted.
+COMPACTION_METADATA_KEY = "kafka_eos.compaction"
 
 
 @dataclass
 class _OpenFile:
     writer: pq.ParquetWriter
+    stream: pa.NativeFile  # its position is the file's size so far (maxBytesPerFile)
     relative_path: str  # as on disk, relative to the table root
     partition_values: dict[str, str | None]
     rows: int = 0
+    size: int = 0  # set when closed
 
 
 @dataclass
 class DeltaTxn:
     info: TaskInfo
-    files: dict[tuple, _OpenFile] = field(default_factory=dict)
+    files: dict[tuple, _OpenFile] = field(default_factory=dict)  # open: one per partition value
+    closed: list[_OpenFile] = field(default_factory=list)  # full (size caps) or prepared
 
 
 class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
@@ -143,6 +89,11 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         self.data_schema = pa.schema(
             [f for f in schema if f.name not in options.partition_by]
         )
+        # What the tasks need of the table, read by open() on the driver: a table not yet
+        # created will have the stream's schema and the sink's table properties.
+        self.table_schema: pa.Schema = schema
+        self.table_configuration: dict[str, str] = dict(options.table_properties)
+        self.not_null: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return f"delta-eos[{self.options.path}]"
@@ -150,7 +101,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
     # -- helpers ----------------------------------------------------------------------------
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        loc = resolve("path", self.options.path)
+        loc = resolve("path", self.options.path, self.options.storage_options)
         return loc.fs, loc.path
 
     def _table(self) -> DeltaTable | None:
@@ -166,8 +117,15 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         self.job_base_version = -1 if table is None else table.version()
         if table is None:
             return
+        delta_protocol.check_writable(table, self.options.path)
         self._check_checkpoint_not_behind(table)
         existing = pa.schema(table.schema().to_arrow())
+        self.table_schema = pa.schema(
+            [*existing, *(f for f in self.schema if f.name not in existing.names)]
+        )
+        self.table_configuration = dict(table.metadata().configuration)
+        self.not_null = delta_protocol.not_null_columns(table)
+        self._warn_on_other_properties()
         partitions = tuple(table.metadata().partition_columns)
         if self.options.partition_by and partitions != self.options.partition_by:
             raise OptionError(
@@ -192,6 +150,54 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 f"the stream has column(s) {', '.join(added)} that the table at "
                 f"{self.options.path} lacks; set mergeSchema=true to add them",
             )
+        self._maybe_compact(table)
+
+    def _warn_on_other_properties(self) -> None:
+        """Table properties are the sink's to set when it creates the table; afterwards they
+        are the table's (ALTER TABLE ... SET TBLPROPERTIES): a different value is reported,
+        never applied behind the owner's back."""
+        differ = {k: v for k, v in self.options.table_properties.items()
+                  if self.table_configuration.get(k) != v}
+        if differ and _WARNED_PROPERTIES.get(self.options.path) != differ:
+            _WARNED_PROPERTIES[self.options.path] = differ
+            log.warning(
+                "%s: the table exists, and its properties differ from the options %s (the table "
+                "has %s); table properties are set only when delta-eos creates the table",
+                self.describe(), differ, {k: self.table_configuration.get(k) for k in differ},
+            )
+
+    def _maybe_compact(self, table: DeltaTable) -> None:
+        """compactEvery=N: once the table has N commits since its last compaction, bin-pack
+        small files with delta-rs's optimize before the batch's tasks run. Its commit changes
+        no data (dataChange=false) and carries no txn action, so the sink's bookkeeping is
+        untouched; one that fails (e.g. a conflict with another writer) is retried later."""
+        n = self.options.compact_every
+        if not n or self.settings.batch_job:
+            return
+        last = _LAST_COMPACTION.get(self.options.path)
+        if last is None:  # once per driver process: the last compaction in the table's history
+            last = next((h["version"] for h in table.history(limit=n)
+                         if h.get("operation") == "OPTIMIZE"), table.version() - n)
+        if table.version() - last < n:
+            _LAST_COMPACTION[self.options.path] = last
+            return
+        started = time.perf_counter()
+        try:
+            metrics = table.optimize.compact(
+                commit_properties=CommitProperties(
+                    custom_metadata={COMPACTION_METADATA_KEY: self.options.app_id}
+                ),
+            )
+        except Exception as e:  # data-change-free: the batch goes on, a later one retries
+            log.warning("%s: compaction failed, retried after %d more commits: %s",
+                        self.describe(), n, e)
+            _LAST_COMPACTION[self.options.path] = table.version()
+            return
+        table.update_incremental()
+        _LAST_COMPACTION[self.options.path] = table.version()
+        log.info("%s: compacted %s file(s) into %s in %.0f ms (version %d)", self.describe(),
+                 metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"),
+                 (time.perf_counter() - started) * 1000, table.version())
 
     def _check_checkpoint_not_behind(self, table: DeltaTable) -> None:
         """The table holds batches of this appId that the checkpoint never committed: a reset
@@ -219,9 +225,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         return DeltaTxn(context)
 
     def invoke(self, txn: DeltaTxn, batch: pa.RecordBatch) -> None:
+        if self.not_null:
+            delta_protocol.check_not_null(batch, self.not_null, txn.info.batch_id,
+                                          txn.info.partition_id)
         cols = self.options.partition_by
         if not cols:
-            self._file(txn, ()).writer.write_batch(_conform(batch, self.data_schema))
+            self._append(txn, (), _conform(batch, self.data_schema))
             return
         table = pa.Table.from_batches([batch])
         keys = table.select(list(cols)).group_by(list(cols)).aggregate([]).to_pylist()
@@ -232,9 +241,25 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 cond = pc.is_null(table[c]) if v is None else pc.equal(table[c], pa.scalar(v, table[c].type))
                 mask = cond if mask is None else pc.and_(mask, cond)
             part = table.filter(mask).drop_columns(list(cols))
-            f = self._file(txn, tuple(key[c] for c in cols))
-            f.writer.write_table(_conform_table(part, self.data_schema))
-            f.rows += part.num_rows
+            self._append(txn, tuple(key[c] for c in cols), _conform_table(part, self.data_schema))
+
+    def _append(self, txn: DeltaTxn, key: tuple, data: pa.RecordBatch | pa.Table) -> None:
+        """Into the partition value's open file, rolling to a new file at maxRecordsPerFile
+        rows or once maxBytesPerFile bytes are written (checked after each write: a file
+        ends past the byte cap by at most one write)."""
+        max_rows, max_bytes = self.options.max_records_per_file, self.options.max_bytes_per_file
+        offset = 0
+        while offset < data.num_rows:
+            f = self._file(txn, key)
+            n = data.num_rows - offset
+            if max_rows:
+                n = min(n, max_rows - f.rows)
+            f.writer.write(data.slice(offset, n))
+            f.rows += n
+            offset += n
+            if (max_rows and f.rows >= max_rows) or (max_bytes and f.stream.tell() >= max_bytes):
+                _close(f)
+                txn.closed.append(txn.files.pop(key))
 
     def _file(self, txn: DeltaTxn, key: tuple) -> _OpenFile:
         f = txn.files.get(key)
@@ -251,34 +276,41 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         )
         relative = f"{dirs}/{name}" if dirs else name
         fs, root = self._fs()
-        fs.create_dir(f"{root}/{dirs}" if dirs else root, recursive=True)
-        writer = pq.ParquetWriter(f"{root}/{relative}", self.data_schema, filesystem=fs)
-        f = txn.files[key] = _OpenFile(writer, relative, values)
+        if isinstance(fs, pafs.LocalFileSystem):  # object stores have no directories
+            fs.create_dir(f"{root}/{dirs}" if dirs else root, recursive=True)
+        stream = fs.open_output_stream(f"{root}/{relative}")
+        writer = pq.ParquetWriter(stream, self.data_schema)
+        f = txn.files[key] = _OpenFile(writer, stream, relative, values)
         return f
 
     def preCommit(self, txn: DeltaTxn) -> Handle:
-        """Close (so flush) every file: durable, and still invisible to readers."""
-        fs, root = self._fs()
-        adds = []
+        """Close (so flush) every file: durable, and still invisible to readers. Sizes and
+        statistics come from the writer itself: no request back to the store per file."""
         for f in txn.files.values():
-            f.writer.close()
-            info = fs.get_file_info(f"{root}/{f.relative_path}")
-            meta = pq.read_metadata(f"{root}/{f.relative_path}", filesystem=fs)
+            _close(f)
+        txn.closed.extend(txn.files.values())
+        txn.files.clear()
+        now_ms = int(time.time() * 1000)
+        adds = []
+        for f in txn.closed:
+            meta = f.writer.writer.metadata  # the footer just written
             adds.append({
                 "path": quote(f.relative_path, safe="/="),
                 "file": f.relative_path,
-                "size": info.size,
+                "size": f.size,
                 "partition_values": f.partition_values,
-                "modification_time": int(info.mtime_ns // 1_000_000) if info.mtime_ns else int(time.time() * 1000),
+                "modification_time": now_ms,
                 "rows": meta.num_rows,
+                "stats": file_stats(meta, self.table_schema, self.options.partition_by,
+                                    self.table_configuration),
             })
         return {"adds": adds}
 
     def abortTransaction(self, txn: DeltaTxn) -> None:
         fs, root = self._fs()
-        for f in txn.files.values():
+        for f in [*txn.files.values(), *txn.closed]:
             try:
-                f.writer.close()
+                _close(f)
             except Exception:
                 pass
             _delete(fs, f"{root}/{f.relative_path}")
@@ -403,7 +435,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         adds = [
             AddAction(
                 a["path"], a["size"], a["partition_values"], a["modification_time"], True,
-                f'{{"numRecords":{a["rows"]}}}',
+                a.get("stats") or f'{{"numRecords":{a["rows"]}}}',  # older handles: no stats
             )
             for p in sorted(handles)
             for a in handles[p]["adds"]
@@ -412,7 +444,11 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
             app_transactions=(
                 [Transaction(self.options.app_id, batchId)] if exactly_once and not job else None
             ),
-            custom_metadata={JOB_METADATA_KEY: job} if job else {"kafka_eos.batch": str(batchId)},
+            custom_metadata={
+                **({JOB_METADATA_KEY: job} if job else {"kafka_eos.batch": str(batchId)}),
+                **({"userMetadata": self.options.user_metadata}
+                   if self.options.user_metadata is not None else {}),
+            },
         )
         table = self._table()
         if job and not adds and table is not None:
@@ -424,6 +460,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 adds,
                 mode="append",
                 partition_by=list(self.options.partition_by) or None,
+                configuration=self.options.table_properties or None,
                 storage_options=self.options.storage_options or None,
                 commit_properties=props,
             )
@@ -458,6 +495,18 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
 
 #: When this worker process last cleaned up each table (see cleanupAbandoned).
 _LAST_CLEANUP: dict[str, float] = {}
+#: The table version of each table's last compaction this driver knows of (_maybe_compact).
+_LAST_COMPACTION: dict[str, int] = {}
+#: Table-property differences already reported, per table.
+_WARNED_PROPERTIES: dict[str, dict[str, str]] = {}
+
+
+def _close(f: _OpenFile) -> None:
+    if f.writer.is_open:
+        f.writer.close()
+    if not f.stream.closed:
+        f.size = f.stream.tell()
+        f.stream.close()
 
 
 def _mtime_ms(info: pafs.FileInfo, default: float) -> float:

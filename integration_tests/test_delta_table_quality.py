@@ -1,0 +1,199 @@
+"""Tables readers want: file statistics, file sizes, compaction, log checkpoints, commit
+metadata and table properties, on real Delta tables (deltalake reads them back).
+
+Most cases drive `DeltaSink` through the template's steps in this process (the same calls
+Spark's tasks and driver make); one real streaming query runs them all together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from connectors.options import Options
+from integration_tests.delta_oracle import assert_exactly_once, orphan_files, txn_versions
+from integration_tests.kafka_data import create_topic, produce, unique_topic
+from integration_tests.streaming import earliest_stream
+from sinks.delta import DeltaOptions, DeltaSink
+from sinks.two_phase_commit import SinkSettings, TaskInfo
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("part", pa.string())])
+
+
+def _sink(tmp_path, **options: str) -> DeltaSink:
+    opts = Options({"path": str(tmp_path / "t"), "checkpointLocation": str(tmp_path / "ck"),
+                    "appId": "quality", **options})
+    settings = SinkSettings.from_options("delta-eos", opts)
+    return DeltaSink(settings, DeltaOptions.parse(opts, settings), SCHEMA)
+
+
+def _rows(start: int, n: int, parts: tuple[str, ...] = ("a",)) -> pa.RecordBatch:
+    ids = list(range(start, start + n))
+    return pa.record_batch(
+        {"id": ids, "name": [f"name-{i:06d}" for i in ids], "part": [parts[i % len(parts)] for i in ids]},
+        schema=SCHEMA,
+    )
+
+
+def _batch(sink: DeltaSink, batch_id: int, *record_batches: pa.RecordBatch) -> dict:
+    """One micro-batch with one task: prepare, then the driver's commit."""
+    txn = sink.beginTransaction(TaskInfo(batch_id, 0, 0))
+    for rb in record_batches:
+        sink.invoke(txn, rb)
+    handle = sink.preCommit(txn)
+    sink.commit(batch_id, {0: handle})
+    return handle
+
+
+def _log_actions(table: str, kind: str) -> list[dict]:
+    log_dir = os.path.join(table, "_delta_log")
+    found = []
+    for name in sorted(os.listdir(log_dir)):
+        if name.endswith(".json"):
+            with open(os.path.join(log_dir, name)) as f:
+                found += [a[kind] for a in map(json.loads, f) if kind in a]
+    return found
+
+
+def test_files_roll_over_at_max_records_per_file(tmp_path):
+    sink = _sink(tmp_path, maxRecordsPerFile="10", partitionBy="part")
+    handle = _batch(sink, 0, _rows(0, 25, ("a", "b")), _rows(25, 13, ("a", "b")))
+    rows_per_file = sorted(a["rows"] for a in handle["adds"])
+    # 19 rows of part a and 19 of b: 10 + 9 each, whichever writes they arrived in
+    assert rows_per_file == [9, 9, 10, 10]
+    table = DeltaTable(str(tmp_path / "t"))
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(38))
+    assert max(json.loads(a["stats"])["numRecords"] for a in _log_actions(str(tmp_path / "t"), "add")) == 10
+
+
+def test_files_roll_over_once_max_bytes_per_file_are_written(tmp_path):
+    cap = 16 * 1024
+    sink = _sink(tmp_path, maxBytesPerFile="16k")
+    handle = _batch(sink, 0, *(_rows(i * 500, 500) for i in range(8)))
+    sizes = [a["size"] for a in handle["adds"]]
+    assert len(sizes) > 1
+    # every file but the last reached the cap with its last write, and none started past it
+    assert all(s >= cap for s in sizes[:-1])
+    assert all(os.path.getsize(tmp_path / "t" / a["file"]) == a["size"] for a in handle["adds"])
+    assert DeltaTable(str(tmp_path / "t")).to_pyarrow_table().num_rows == 4000
+
+
+def test_add_actions_carry_statistics_that_match_the_data(tmp_path):
+    sink = _sink(tmp_path, maxRecordsPerFile="100")
+    _batch(sink, 0, _rows(0, 250))
+    table = DeltaTable(str(tmp_path / "t"))
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    assert len(adds) == 3
+    data = table.to_pyarrow_table()
+    for add in adds:
+        uri = os.path.join(str(tmp_path / "t"), add["path"])
+        ids = pq.read_table(uri).column("id")
+        assert (add["min.id"], add["max.id"]) == (pc.min(ids).as_py(), pc.max(ids).as_py())
+        assert add["null_count.id"] == 0
+    assert data.num_rows == 250
+
+
+def test_commit_metadata_and_table_properties(tmp_path, caplog):
+    sink = _sink(tmp_path, userMetadata="nightly backfill", **{
+        "delta.appendOnly": "true", "delta.logRetentionDuration": "interval 7 days"})
+    _batch(sink, 0, _rows(0, 3))
+    _batch(sink, 1, _rows(3, 3))
+    table = DeltaTable(str(tmp_path / "t"))
+    config = table.metadata().configuration
+    assert config["delta.appendOnly"] == "true"
+    assert config["delta.logRetentionDuration"] == "interval 7 days"
+    assert [h.get("userMetadata") for h in table.history()] == ["nightly backfill"] * 2
+    # properties are set at creation only: a later query with others is told, not obeyed
+    other = _sink(tmp_path, appId="other", **{"delta.appendOnly": "false"})
+    with caplog.at_level(logging.WARNING, logger="kafka_eos.sink.delta"):
+        other.open()
+    assert "delta.appendOnly" in caplog.text and "only when delta-eos creates" in caplog.text
+    assert DeltaTable(str(tmp_path / "t")).metadata().configuration["delta.appendOnly"] == "true"
+
+
+def test_log_checkpoints_follow_the_checkpoint_interval_and_keep_the_txn(tmp_path):
+    sink = _sink(tmp_path, **{"delta.checkpointInterval": "3"})
+    for b in range(7):
+        _batch(sink, b, _rows(b * 2, 2))
+    log_dir = tmp_path / "t" / "_delta_log"
+    checkpoints = sorted(p.name for p in log_dir.glob("*.checkpoint.parquet"))
+    assert len(checkpoints) == 2, checkpoints
+    assert (log_dir / "_last_checkpoint").exists()
+    # a reader starting from the checkpoint still finds the sink's last batch
+    for p in log_dir.glob("0000000000000000000[0-4].json"):
+        p.unlink()  # what log retention removes once a checkpoint covers it
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.transaction_version("quality") == 6
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(14))
+
+
+def test_compaction_rewrites_small_files_without_touching_the_txn(tmp_path):
+    sink = _sink(tmp_path, compactEvery="4", orphanFileRetention="0s")
+    for b in range(4):
+        _batch(sink, b, _rows(b * 5, 5))
+    before = DeltaTable(str(tmp_path / "t"))
+    assert len(before.file_uris()) == 4
+    sink._maybe_compact(before)  # what open() does before a batch's tasks
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.history(limit=1)[0]["operation"] == "OPTIMIZE"
+    assert len(table.file_uris()) == 1
+    assert table.transaction_version("quality") == 3
+    _batch(sink, 4, _rows(20, 5))  # the sink goes on committing after the compaction
+    sink._maybe_compact(DeltaTable(str(tmp_path / "t")))  # one commit since: not yet
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.history(limit=1)[0]["operation"] == "WRITE"
+    assert table.transaction_version("quality") == 4
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(25))
+    # the compacted-away files are tombstones, not orphans: time travel still reads them
+    sink.cleanupAbandoned()
+    old = DeltaTable(str(tmp_path / "t"), version=before.version())
+    assert sorted(old.to_pyarrow_table().column("id").to_pylist()) == list(range(20))
+
+
+def test_a_streaming_query_writes_capped_statistically_described_compacted_files(spark, bootstrap, tmp_path):
+    """All of it through a real query: 80 records, 10 per trigger (8 batches) into a table
+    partitioned by source partition, at most 3 rows per file, compacted every 4 commits, a
+    log checkpoint every 2, commit metadata on each batch."""
+    topic = unique_topic("quality")
+    create_topic(bootstrap, topic, 2)
+    expected = produce(bootstrap, topic, 2, 40)
+    table = str(tmp_path / "t")
+    query = (
+        earliest_stream(spark, bootstrap, topic, "10")
+        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+                    "partition", "offset")
+        .writeStream.format("delta-eos")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .option("path", table)
+        .option("partitionBy", "partition")
+        .option("maxRecordsPerFile", "3")
+        .option("compactEvery", "4")
+        .option("delta.checkpointInterval", "2")
+        .option("userMetadata", "quality-run")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert_exactly_once(table, expected)
+    (version,) = txn_versions(table).values()
+    assert version == query.lastProgress["batchId"]
+    writes = [h for h in DeltaTable(table).history() if h["operation"] == "WRITE"]
+    assert writes and all(h.get("userMetadata") == "quality-run" for h in writes)
+    assert any(h["operation"] == "OPTIMIZE" for h in DeltaTable(table).history())
+    sink_adds = [a for a in _log_actions(table, "add") if a["dataChange"]]
+    assert max(json.loads(a["stats"])["numRecords"] for a in sink_adds) <= 3
+    assert all("minValues" in json.loads(a["stats"]) for a in sink_adds)
+    assert list((tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet"))
+    # files no longer in the snapshot are the compacted-away ones (tombstones), not orphans
+    removed = {os.path.normpath(os.path.join(table, unquote(r["path"])))
+               for r in _log_actions(table, "remove")}
+    assert removed and set(orphan_files(table)) == removed

@@ -1,0 +1,154 @@
+"""`delta-eos` options: parsed and checked once, at query start.
+
+Two families are kept apart by their prefix: `storage.<KEY>` are storage options (credentials,
+endpoints) handed to delta-rs and to the sink's own Parquet writes alike; `delta.<property>`
+are Delta table properties, set when the sink creates the table, named as delta-spark names
+them (`delta.appendOnly`, `delta.logRetentionDuration`, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from connectors.options import OptionError, Options
+from connectors.paths import normalise
+from sinks.checkpoint import writer_identity
+from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
+
+#: The sink's own options (besides the template's, `storage.*` and `delta.*`).
+OPTIONS = (
+    "path", "partitionBy", "mergeSchema", "appId", "orphanFileRetention", "userMetadata",
+    "maxRecordsPerFile", "maxBytesPerFile", "compactEvery",
+)
+OPTION_PREFIXES = ("storage.", "delta.")
+#: A batch write's: appId names a streaming writer's batches, the orphan sweep and compaction
+#: belong to the streaming sink (a job deletes its own files when it fails).
+BATCH_OPTIONS = ("path", "partitionBy", "mergeSchema", "userMetadata", "maxRecordsPerFile",
+                 "maxBytesPerFile")
+
+#: Orphan files younger than this are left alone: a task may still be writing them.
+DEFAULT_ORPHAN_RETENTION_MS = 3_600_000
+
+#: Table properties the sink sets at creation, honoured by what it writes or by delta-rs.
+TABLE_PROPERTIES = (
+    "delta.appendOnly",
+    "delta.checkpointInterval",
+    "delta.checkpoint.writeStatsAsJson",
+    "delta.checkpoint.writeStatsAsStruct",
+    "delta.dataSkippingNumIndexedCols",
+    "delta.dataSkippingStatsColumns",
+    "delta.deletedFileRetentionDuration",
+    "delta.enableChangeDataFeed",
+    "delta.enableDeletionVectors",
+    "delta.enableExpiredLogCleanup",
+    "delta.isolationLevel",
+    "delta.logRetentionDuration",
+    "delta.targetFileSize",
+    "delta.tuneFileSizesForRewrites",
+)
+#: Table properties refused, and why: each asks something of every writer that this sink's
+#: own Parquet files and add actions do not do.
+REFUSED_TABLE_PROPERTIES = {
+    "delta.columnMapping.mode": "column mapping renames the Parquet columns of every data "
+                                "file, and delta-eos writes them by their logical names",
+    "delta.enableRowTracking": "row tracking needs row ids assigned in every add action",
+    "delta.setTransactionRetentionDuration": "an expired txn action would let a restarted "
+                                             "query commit an already-written batch again",
+    "delta.enableInCommitTimestamps": "in-commit timestamps are not written by delta-eos",
+    "delta.enableIcebergCompatV1": "Iceberg compatibility constrains the data files written",
+    "delta.enableIcebergCompatV2": "Iceberg compatibility constrains the data files written",
+    "delta.universalFormat.enabledFormats": "UniForm needs Iceberg metadata at each commit",
+    "delta.randomizeFilePrefixes": "delta-eos names its own files (for its orphan clean-up)",
+    "delta.autoOptimize.optimizeWrite": "use maxRecordsPerFile / maxBytesPerFile",
+    "delta.autoOptimize.autoCompact": "use the compactEvery option",
+}
+
+
+@dataclass(frozen=True)
+class DeltaOptions:
+    path: str  # a URI delta-rs and pyarrow.fs read alike (connectors/paths.py)
+    partition_by: tuple[str, ...]
+    merge_schema: bool
+    app_id: str
+    app_id_explicit: bool
+    orphan_retention_ms: int
+    storage_options: dict[str, str] = field(repr=False)  # may hold keys: never in a repr
+    table_properties: dict[str, str] = field(default_factory=dict)
+    user_metadata: str | None = None
+    max_records_per_file: int = 0  # 0: no cap
+    max_bytes_per_file: int = 0  # 0: no cap
+    compact_every: int = 0  # 0: never
+
+    @property
+    def file_tag(self) -> str:
+        """In every data file's name: whose files they are, for the orphan clean-up."""
+        return hashlib.sha256(self.app_id.encode()).hexdigest()[:16]
+
+    @classmethod
+    def parse(cls, opts: Options, settings: SinkSettings) -> "DeltaOptions":
+        path = normalise(
+            "path", opts.require("path", 'the Delta table\'s location, e.g. .option("path", "/data/t")')
+        )
+        partition_by = tuple(
+            c.strip() for c in (opts.get("partitionBy") or "").split(",") if c.strip()
+        )
+        app_id = opts.get("appId")
+        explicit = bool(app_id)
+        if settings.batch_job:
+            app_id = f"delta-eos-batch-{settings.job_id}"  # names the job's files only
+        elif not app_id:
+            app_id = "delta-eos-" + _default_identity(settings, path)
+        return cls(
+            path=path,
+            partition_by=partition_by,
+            merge_schema=opts.get_bool("mergeSchema", False),
+            app_id=app_id,
+            app_id_explicit=explicit,
+            orphan_retention_ms=opts.get_duration_ms("orphanFileRetention", DEFAULT_ORPHAN_RETENTION_MS),
+            storage_options=opts.with_prefix("storage."),
+            table_properties=table_properties(opts),
+            user_metadata=opts.get("userMetadata"),
+            max_records_per_file=opts.get_int("maxRecordsPerFile", 0, minimum=0) or 0,
+            max_bytes_per_file=opts.get_size_bytes("maxBytesPerFile", 0),
+            compact_every=opts.get_int("compactEvery", 0, minimum=0) or 0,
+        )
+
+
+def table_properties(opts: Options) -> dict[str, str]:
+    """`delta.*` options as Delta table properties, in Delta's own spelling (Spark hands
+    option names over case-insensitively; delta-rs reads properties case-sensitively)."""
+    known = {p.lower(): p for p in TABLE_PROPERTIES}
+    refused = {p.lower(): p for p in REFUSED_TABLE_PROPERTIES}
+    result: dict[str, str] = {}
+    for key, value in sorted(opts.with_prefix("delta.").items()):
+        name = f"delta.{key}"
+        if name in refused:
+            prop = refused[name]
+            raise OptionError(
+                prop, f"is a Delta table property delta-eos cannot honour: "
+                f"{REFUSED_TABLE_PROPERTIES[prop]}",
+            )
+        if name not in known:
+            storage_hint = (
+                f"; storage options are `storage.*` options now (they were `delta.*`): "
+                f"use storage.{key}" if "_" in key else ""
+            )
+            raise OptionError(
+                name,
+                f"is not a Delta table property delta-eos sets (known: "
+                f"{', '.join(TABLE_PROPERTIES)}){storage_hint}",
+            )
+        result[known[name]] = str(value)
+    return result
+
+
+def _default_identity(settings: SinkSettings, path: str) -> str:
+    """The query's own id (so a reset checkpoint is a new writer), fixed in the transaction
+    log at the first exactly-once start; checkpoints of earlier versions keep the id they had,
+    derived from the checkpoint path."""
+    origin = settings.checkpoint_location or path
+    legacy = hashlib.sha256(origin.encode()).hexdigest()[:16]
+    if settings.guarantee != EXACTLY_ONCE or not settings.checkpoint_location:
+        return legacy  # no txn action is written: the id only names files
+    return writer_identity(settings.checkpoint_location, legacy=legacy)
