@@ -293,7 +293,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         now_ms = int(time.time() * 1000)
         adds = []
         for f in txn.closed:
-            meta = f.writer.writer.metadata  # the footer just written
+            meta = _footer(f)
             adds.append({
                 "path": quote(f.relative_path, safe="/="),
                 "file": f.relative_path,
@@ -507,6 +507,12 @@ def _close(f: _OpenFile) -> None:
     if not f.stream.closed:
         f.size = f.stream.tell()
         f.stream.close()
+
+
+def _footer(f: _OpenFile) -> pq.FileMetaData:
+    """The footer the closed writer just wrote: pyarrow keeps it (its own write_to_dataset
+    collects footers this way), so no read back from the store."""
+    return f.writer.writer.metadata
 
 
 def _mtime_ms(info: pafs.FileInfo, default: float) -> float:
