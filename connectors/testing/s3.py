@@ -1,64 +1,115 @@
 """A real S3 protocol server on a loopback port (moto's server mode) for tests and demos.
 
-pyarrow's S3 client and delta-rs both read the standard AWS environment, which `s3_server()`
-sets for its duration (DESIGN.md section 10): endpoint, keys, region, plain HTTP allowed.
+pyarrow's S3 client and delta-rs both read the standard AWS environment (DESIGN.md section 10):
+`s3_server()` sets it for its duration (endpoint, keys, region, plain HTTP allowed), unless
+`set_env=False`; then only `S3Server.env` (for a child process's environment) and
+`S3Server.storage_options` (delta-rs keys, for `storage.*` sink options or `DeltaTable`) reach it.
+
+What moto 5.2 does with conditional writes (measured here): a PUT with `If-None-Match: *` on an
+existing key is refused with 412 PreconditionFailed, which is what delta-rs's commit relies on.
+Its check is not atomic with the write (a look-up, then the put, in a threaded server without a
+lock), so two truly simultaneous creators of one key could both succeed in principle; 30 rounds
+of 8 threads racing for one key each had exactly one winner.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+#: moto's keys: any non-empty pair is accepted.
+ACCESS_KEY_ID = "testing"
+SECRET_ACCESS_KEY = "testing-secret"
+REGION = "us-east-1"
+
 
 @dataclass(frozen=True)
 class S3Server:
     endpoint: str
 
-    def create_bucket(self, name: str | None = None) -> str:
+    @property
+    def env(self) -> dict[str, str]:
+        """The standard AWS environment that points pyarrow, delta-rs and boto3 here."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """The same as delta-rs storage options (`storage.<KEY>` on the sink)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+            "AWS_REGION": REGION,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def _client(self):
         import boto3
 
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name=REGION,
+            aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_ACCESS_KEY,
+        )
+
+    def create_bucket(self, name: str | None = None) -> str:
         bucket = name or f"eos-{uuid.uuid4().hex[:12]}"  # valid S3 names: 3+ characters
-        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+        self._client().create_bucket(Bucket=bucket)
         return bucket
 
     def list_keys(self, bucket: str, prefix: str = "") -> list[str]:
-        import boto3
-
-        s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
-        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        pages = self._client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 
-_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_REGION": "us-east-1",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_ALLOW_HTTP": "true",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
+#: Variables that would point a client elsewhere than `S3Server.env` says.
+_AWS_VARS = (
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP",
+    "AWS_EC2_METADATA_DISABLED", "AWS_PROFILE",
+)
+
+
+def without_aws_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of `env` (default: this process's) with no AWS_* variable: for a child process
+    that must get its S3 credentials from options only."""
+    return {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("AWS_")}
 
 
 @contextmanager
-def s3_server() -> Iterator[S3Server]:
-    """Start moto's S3 server on a free loopback port; point the AWS environment at it."""
+def s3_server(set_env: bool = True) -> Iterator[S3Server]:
+    """Start moto's S3 server on a free loopback port; with `set_env`, point this process's
+    AWS environment at it for the duration (restored afterwards)."""
     from moto.server import ThreadedMotoServer
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    saved = {k: os.environ.get(k) for k in (*_ENV, "AWS_ENDPOINT_URL")}
-    os.environ.update(_ENV, AWS_ENDPOINT_URL=endpoint)
+    s3 = S3Server(f"http://{host}:{port}")
+    saved = {k: os.environ.get(k) for k in _AWS_VARS}
+    if set_env:
+        for k in _AWS_VARS:
+            os.environ.pop(k, None)
+        os.environ.update(s3.env)
     try:
-        yield S3Server(endpoint)
+        yield s3
     finally:
         server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        if set_env:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
