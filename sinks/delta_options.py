@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from connectors.options import OptionError, Options
 from connectors.paths import normalise
+from connectors.storage import check_delta_storage
 from sinks.checkpoint import writer_identity
 from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
 
@@ -99,6 +100,8 @@ class DeltaOptions:
             app_id = f"delta-eos-batch-{settings.job_id}"  # names the job's files only
         elif not app_id:
             app_id = "delta-eos-" + _default_identity(settings, path)
+        storage_options = opts.with_prefix("storage.")
+        check_delta_storage("path", path, storage_options)
         return cls(
             path=path,
             partition_by=partition_by,
@@ -106,7 +109,7 @@ class DeltaOptions:
             app_id=app_id,
             app_id_explicit=explicit,
             orphan_retention_ms=opts.get_duration_ms("orphanFileRetention", DEFAULT_ORPHAN_RETENTION_MS),
-            storage_options=opts.with_prefix("storage."),
+            storage_options=storage_options,
             table_properties=table_properties(opts),
             user_metadata=opts.get("userMetadata"),
             max_records_per_file=opts.get_int("maxRecordsPerFile", 0, minimum=0) or 0,
