@@ -49,6 +49,8 @@ FORMAT_NAME = "delta-eos"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 #: In a batch job's commit info: the job's id, by which a retried commit finds it landed.
 JOB_METADATA_KEY = "kafka_eos.job"
+#: Longer string values than this may cost a write its footer min/max (pyarrow: 4 KiB).
+LONG_VALUE_BYTES = 4000
 #: In a compaction's commit info: the appId of the sink that compacted.
 COMPACTION_METADATA_KEY = "kafka_eos.compaction"
 
@@ -61,6 +63,8 @@ class _OpenFile:
     partition_values: dict[str, str | None]
     rows: int = 0
     size: int = 0  # set when closed
+    #: (min, max) of each string column over the writes with values too long for the footer
+    long_value_bounds: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -94,6 +98,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         self.table_schema: pa.Schema = schema
         self.table_configuration: dict[str, str] = dict(options.table_properties)
         self.not_null: tuple[str, ...] = ()
+        self.string_columns = [f.name for f in self.data_schema
+                               if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
 
     def describe(self) -> str:
         return f"delta-eos[{self.options.path}]"
@@ -254,12 +260,30 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
             n = data.num_rows - offset
             if max_rows:
                 n = min(n, max_rows - f.rows)
-            f.writer.write(data.slice(offset, n))
+            chunk = data.slice(offset, n)
+            f.writer.write(chunk)
+            self._bound_long_values(f, chunk)
             f.rows += n
             offset += n
             if (max_rows and f.rows >= max_rows) or (max_bytes and f.stream.tell() >= max_bytes):
                 _close(f)
                 txn.closed.append(txn.files.pop(key))
+
+    def _bound_long_values(self, f: _OpenFile, chunk: pa.RecordBatch | pa.Table) -> None:
+        """pyarrow leaves min/max out of the footer for a write holding a string longer than
+        4 KiB: such writes are bounded here (one pass over the offsets decides; only then the
+        values are compared), so the file keeps its statistics (sinks/delta_stats.py)."""
+        for name in self.string_columns:
+            column = chunk.column(name)
+            longest = pc.max(pc.binary_length(column)).as_py()
+            if longest is None or longest <= LONG_VALUE_BYTES:
+                continue
+            low, high = pc.min_max(column).values()
+            lo, hi = low.as_py(), high.as_py()
+            if name in f.long_value_bounds:
+                old_lo, old_hi = f.long_value_bounds[name]
+                lo, hi = min(lo, old_lo), max(hi, old_hi)
+            f.long_value_bounds[name] = (lo, hi)
 
     def _file(self, txn: DeltaTxn, key: tuple) -> _OpenFile:
         f = txn.files.get(key)
@@ -302,7 +326,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 "modification_time": now_ms,
                 "rows": meta.num_rows,
                 "stats": file_stats(meta, self.table_schema, self.options.partition_by,
-                                    self.table_configuration),
+                                    self.table_configuration, f.long_value_bounds),
             })
         return {"adds": adds}
 

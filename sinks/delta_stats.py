@@ -67,13 +67,18 @@ def file_stats(
     table_schema: pa.Schema,
     partition_columns: Sequence[str],
     configuration: Mapping[str, str],
+    long_value_bounds: Mapping[str, tuple[str, str]] | None = None,
 ) -> str:
     """The add action's `stats` JSON string for one data file.
 
     `table_schema` is the table's whole schema (partition columns included, in table order);
     the file holds the other columns. `configuration` is the table's (or the table-to-be's)
     properties: `delta.dataSkippingNumIndexedCols` / `delta.dataSkippingStatsColumns`.
+    `long_value_bounds`: (min, max) per top-level string column, computed by the writer over
+    every write that held a value too long for the footer's statistics (pyarrow drops a row
+    group's min/max over 4 KiB): with them such a column keeps its bounds.
     """
+    extra = {k.lower(): v for k, v in (long_value_bounds or {}).items()}
     partitions = {c.lower() for c in partition_columns}
     data_fields = [f for f in table_schema if f.name.lower() not in partitions]
     file_columns = _file_leaf_columns(metadata)
@@ -84,10 +89,12 @@ def file_stats(
     unbounded = False  # a selected column readers bound, with values but no bound here
     for path, arrow_type in _selected_leaves(data_fields, configuration):
         index = file_columns.get(tuple(p.lower() for p in path))
-        if index is None:  # not in the file: say nothing rather than guess
-            unbounded = unbounded or _bounded_type(arrow_type)
+        if index is None:  # not in the file: every row is null there (as delta-spark says)
+            _put(null_count, path, metadata.num_rows)
             continue
-        nulls, low, high = _column_stats(metadata, index, arrow_type)
+        nulls, low, high = _column_stats(
+            metadata, index, arrow_type, extra.get(path[0].lower()) if len(path) == 1 else None
+        )
         if nulls is not None:
             _put(null_count, path, nulls)
         if low is not None and high is not None:
@@ -217,8 +224,10 @@ def _file_leaf_columns(metadata: pq.FileMetaData) -> dict[tuple[str, ...], int]:
 # -- the statistics of one column -----------------------------------------------------------
 
 
-def _column_stats(metadata: pq.FileMetaData, index: int, arrow_type: pa.DataType):
-    """(nullCount, min, max) of one leaf column over all row groups; None where unknown."""
+def _column_stats(metadata: pq.FileMetaData, index: int, arrow_type: pa.DataType,
+                  long_values: tuple[str, str] | None = None):
+    """(nullCount, min, max) of one leaf column over all row groups; None where unknown.
+    `long_values`: the writer's own bounds of every write too long for the footer."""
     if pa.types.is_dictionary(arrow_type):
         arrow_type = arrow_type.value_type
     orderable = _bounded_type(arrow_type)
@@ -239,7 +248,7 @@ def _column_stats(metadata: pq.FileMetaData, index: int, arrow_type: pa.DataType
         if st.null_count >= group.num_rows:
             continue  # all null here: nothing to bound
         if not st.has_min_max:
-            bounds_ok = False
+            bounds_ok = long_values is not None  # those rows are within the writer's bounds
             continue
         try:
             lo, hi = _bounds(st, arrow_type)
@@ -249,6 +258,10 @@ def _column_stats(metadata: pq.FileMetaData, index: int, arrow_type: pa.DataType
         if lo is None or hi is None:
             bounds_ok = False
             continue
+        low = lo if low is None or lo < low else low
+        high = hi if high is None or hi > high else high
+    if bounds_ok and long_values is not None:
+        lo, hi = long_values
         low = lo if low is None or lo < low else low
         high = hi if high is None or hi > high else high
     if not bounds_ok or low is None:
