@@ -82,6 +82,7 @@ def file_stats(
     partitions = {c.lower() for c in partition_columns}
     data_fields = [f for f in table_schema if f.name.lower() not in partitions]
     file_columns = _file_leaf_columns(metadata)
+    file_top_level = {n.lower() for n in metadata.schema.to_arrow_schema().names}
 
     min_values: dict = {}
     max_values: dict = {}
@@ -89,8 +90,11 @@ def file_stats(
     unbounded = False  # a selected column readers bound, with values but no bound here
     for path, arrow_type in _selected_leaves(data_fields, configuration):
         index = file_columns.get(tuple(p.lower() for p in path))
-        if index is None:  # not in the file: every row is null there (as delta-spark says)
-            _put(null_count, path, metadata.num_rows)
+        if index is None:
+            if path[0].lower() not in file_top_level:  # the file lacks it: null in every row
+                _put(null_count, path, metadata.num_rows)
+            else:  # in a list or map, or not where the table says: say nothing, never guess
+                unbounded = unbounded or _bounded_type(arrow_type)
             continue
         nulls, low, high = _column_stats(
             metadata, index, arrow_type, extra.get(path[0].lower()) if len(path) == 1 else None

@@ -573,3 +573,13 @@ def test_truncated_non_ascii_strings_through_deltalake(tmp_path):
     for v in values:
         assert table.to_pyarrow_dataset().to_table(filter=ds.field("s") == v).num_rows == 1
         assert pl.scan_delta(str(root)).filter(pl.col("s") == v).collect().height == 1
+
+
+def test_a_table_column_the_file_lacks_is_null_in_every_row_and_keeps_the_others_bounds(tmp_path):
+    """The stream lacks a column the table has: its rows read as null (nullCount = numRecords,
+    as delta-spark writes), and that is no reason to drop the other columns' bounds."""
+    data = pa.table({"id": [3, 1, 2]})
+    schema = pa.schema([("id", pa.int64()), ("later", pa.string())])
+    stats = _stats(_write(tmp_path, data), schema)
+    assert stats["nullCount"] == {"id": 0, "later": 3}
+    assert (stats["minValues"], stats["maxValues"]) == ({"id": 1}, {"id": 3})
