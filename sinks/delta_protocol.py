@@ -3,7 +3,7 @@ at query start, and a feature the sink's own Parquet files and add actions do no
 refused, naming it. NOT NULL columns are enforced before a file is written.
 
 The sink writes Parquet files with pyarrow (display column names, no field ids, no row ids,
-stats = numRecords only) and commits them as plain `add` actions (dataChange=true, no
+statistics from the footers) and commits them as plain `add` actions (dataChange=true, no
 deletion vector) through deltalake 1.6.6. So a feature is allowed only when both hold:
 
 * the Delta protocol (PROTOCOL.md) asks nothing of a writer of such appends, or asks only
