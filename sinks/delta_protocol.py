@@ -84,8 +84,10 @@ REFUSED_FEATURES: dict[str, str] = {
         "on it, row tracking and clustering, impose writer duties the sink does not meet)"
     ),
     "clustering": (
-        "a clustered table needs per-column statistics for its clustering columns in every "
-        "add action (Writer Requirements for Clustered Table); the sink writes numRecords only"
+        "a clustered table depends on domainMetadata (which deltalake 1.6.6 cannot commit to) "
+        "and needs statistics for its clustering columns in every add action, whichever "
+        "columns delta.dataSkippingNumIndexedCols leaves out (Writer Requirements for "
+        "Clustered Table)"
     ),
     "icebergCompatV1": (
         "Iceberg compatibility requires column mapping, partition values materialized in the "
