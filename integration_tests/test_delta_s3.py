@@ -130,3 +130,25 @@ def test_s3_table_with_credentials_from_storage_options_only(bootstrap, s3, tmp_
     _verify(s3, f"s3://{bucket}/t", checkpoint, log_path, expected)
     # The secret went nowhere near the pipeline's log.
     assert s3.storage_options["AWS_SECRET_ACCESS_KEY"] not in log_tail(log_path, 10**8)
+
+
+def test_an_unsafe_s3_commit_configuration_fails_the_query_at_start(spark, tmp_path):
+    """A real query: the refusal (connectors/storage.py) names the storage option, before
+    anything reaches the bucket (none exists: nothing is contacted)."""
+    query = None
+    with pytest.raises(Exception, match=r"Option 'storage\.AWS_S3_ALLOW_UNSAFE_RENAME'") as e:
+        query = (
+            spark.readStream.format("rate").option("rowsPerSecond", "1").load()
+            .writeStream.format("delta-eos")
+            .option("path", "s3a://no-such-bucket-eos/t")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .option("storage.AWS_S3_ALLOW_UNSAFE_RENAME", "true")
+            .option("storage.AWS_SECRET_ACCESS_KEY", "s3cret-never-shown-7f3a")
+            .option("storage.AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+    if query is not None:
+        query.stop()
+    assert "s3cret-never-shown-7f3a" not in str(e.value)
