@@ -9,6 +9,7 @@ query start naming the option and the schemes that work.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -243,16 +244,23 @@ def _s3(option: str, uri: str, opts: Mapping[str, str]) -> tuple[pafs.FileSystem
         kwargs["scheme"] = parts.scheme or ("http" if allow_http else "https")
     region = _value(opts, _S3_REGION, env=("AWS_REGION", "AWS_DEFAULT_REGION"))
     if not region and not endpoint:
-        try:  # as from_uri does: the bucket's own region
-            region = pafs.resolve_s3_region(uri[len("s3://"):].split("/", 1)[0])
-        except (OSError, ValueError):
-            region = None
+        region = _bucket_region(uri[len("s3://"):].split("/", 1)[0])
     if region:
         kwargs["region"] = region
     addressing = _value(opts, ("aws_s3_addressing_style",))
     if is_truthy(_value(opts, _S3_VIRTUAL)) or (addressing or "").strip().lower() == "virtual":
         kwargs["force_virtual_addressing"] = True
     return pafs.S3FileSystem(**kwargs), uri[len("s3://"):]
+
+
+@functools.lru_cache(maxsize=256)
+def _bucket_region(bucket: str) -> str | None:
+    """As from_uri does: the bucket's own region (one request per bucket and process, not one
+    per file: the sink resolves its path for every file it writes)."""
+    try:
+        return pafs.resolve_s3_region(bucket)
+    except (OSError, ValueError):
+        return None
 
 
 def _gcs(option: str, uri: str, opts: Mapping[str, str]) -> tuple[pafs.FileSystem, str]:
