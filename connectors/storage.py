@@ -19,8 +19,9 @@ How deltalake 1.6.6 (delta-rs) commits on S3, read in its source and measured he
 * `AWS_S3_ALLOW_UNSAFE_RENAME=true` wraps the store in S3StorageBackend, whose
   `rename_if_not_exists` is a plain rename (copy + delete, which overwrites). In 1.6.6 the log
   store commits by conditional PUT and does not rename, so the flag changes nothing measurable
-  there; in earlier delta-rs releases it was the opt-out of safe commits (the rename-based log
-  store), which is what it still says.
+  there (measured: a stale writer still retried); in delta-rs 0.x it was the documented opt-out
+  ("set AWS_S3_ALLOW_UNSAFE_RENAME=true to opt out of support for concurrent writers",
+  crates/aws/src/errors.rs in 0.25.5): commits by a plain rename, one lost on a race.
 * `AWS_CONDITIONAL_PUT=disabled` (object_store's key; also `conditional_put`) makes every
   commit fail ("`put_opts` with mode `PutMode::Create` when conditional put is disabled not
   yet implemented"), the first one included.
