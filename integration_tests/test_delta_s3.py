@@ -1,12 +1,12 @@
 """Kafka -> `kafka-eos` -> `delta-eos` with the table on S3 (a real S3 protocol server, moto),
 killed twice at protocol points and restarted: every record in the table exactly once.
 
-Two scenarios, one killed-and-restarted pipeline sequence each (the checkpoint stays on local
-disk: Spark's own s3a:// needs Hadoop's jars from Maven, DESIGN.md section 10):
-* credentials from the standard AWS environment of the pipeline process;
-* credentials from `storage.AWS_*` sink options only, with no AWS variable anywhere in the
-  pipeline's environment: the tasks' Parquet files (pyarrow) and the Delta commits (delta-rs)
-  both reach the bucket through the options.
+One killed-and-restarted pipeline sequence (the checkpoint stays on local disk: Spark's own
+s3a:// needs Hadoop's jars from Maven, DESIGN.md section 10), with credentials from
+`storage.AWS_*` sink options only and no AWS variable anywhere in the pipeline's environment:
+the tasks' Parquet files (pyarrow) and the Delta commits (delta-rs) both reach the bucket
+through the options. (Credentials from the standard AWS environment, with an s3a:// path, are
+test_delta_operations.py's S3 pipeline.)
 The table is read back with deltalake and polars through the same storage options.
 """
 
@@ -111,13 +111,6 @@ def _verify(s3, uri: str, checkpoint: str, log_path: str, expected) -> None:
     leftover = [b for b in os.listdir(os.path.join(checkpoint, "eos-sink")) if b.isdigit()]
     assert all(os.path.exists(os.path.join(checkpoint, "eos-sink", b, "done")) for b in leftover), \
         f"batches left pending in the transaction log: {leftover}"
-
-
-def test_s3_table_with_credentials_from_the_environment(bootstrap, s3, tmp_path, no_aws_env):
-    topic, expected = _source(bootstrap)
-    bucket = s3.create_bucket()
-    checkpoint, log_path = _run(bootstrap, tmp_path, topic, f"s3a://{bucket}/t", env=s3.env)
-    _verify(s3, f"s3://{bucket}/t", checkpoint, log_path, expected)
 
 
 def test_s3_table_with_credentials_from_storage_options_only(bootstrap, s3, tmp_path, no_aws_env):

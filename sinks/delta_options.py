@@ -94,14 +94,14 @@ class DeltaOptions:
         partition_by = tuple(
             c.strip() for c in (opts.get("partitionBy") or "").split(",") if c.strip()
         )
+        storage_options = opts.with_prefix("storage.")
+        check_delta_storage("path", path, storage_options)  # before anything is written
         app_id = opts.get("appId")
         explicit = bool(app_id)
         if settings.batch_job:
             app_id = f"delta-eos-batch-{settings.job_id}"  # names the job's files only
         elif not app_id:
             app_id = "delta-eos-" + _default_identity(settings, path)
-        storage_options = opts.with_prefix("storage.")
-        check_delta_storage("path", path, storage_options)
         return cls(
             path=path,
             partition_by=partition_by,
