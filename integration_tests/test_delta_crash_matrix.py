@@ -78,20 +78,27 @@ def _verify(paths, expected) -> None:
 KILL_POINTS = ["task_write", "after_precommit", "after_decision", "after_store_commit", "after_commit"]
 
 
+#: With spark.python.use.daemon=false, the points where recovery decides (abort the undecided,
+#: commit the decided, finish a half-committed batch): what the old role check got wrong.
+NO_DAEMON_KILL_POINTS = ["after_precommit", "after_decision", "after_store_commit"]
+
+
 @pytest.mark.parametrize("workers", ["daemon", "no-daemon"])
 def test_kill_at_every_protocol_point_then_restart(pipeline, workers):
-    """One kill point per batch, in one killed-and-restarted sequence; and all of it again
-    with spark.python.use.daemon=false, where workers start as `python -m ...` (the old
+    """One kill point per batch, in one killed-and-restarted sequence; and the points where
+    recovery decides again with spark.python.use.daemon=false, where workers start as
+    `python -m ...` (the old
     stack-walking role check then never recovered)."""
     args, paths, expected = pipeline
+    points = KILL_POINTS
     if workers == "no-daemon":
-        args = [*args, "--no-daemon"]
+        args, points = [*args, "--no-daemon"], NO_DAEMON_KILL_POINTS
 
     def nothing_twice(point: str, batch: int) -> None:
         rows = _safe_records(paths["table"])
         assert len({(p, o) for p, o, _, _ in rows}) == len(rows), f"a record twice after {point}@{batch}"
 
-    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=KILL_POINTS,
+    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=points,
                       after_each_kill=nothing_twice)
     assert "without having recovered" not in log_tail(paths["log"], 10**8)
     _verify(paths, expected)

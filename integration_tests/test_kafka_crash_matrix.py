@@ -70,21 +70,28 @@ KILL_POINTS = [
 ]
 
 
+#: With spark.python.use.daemon=false, the points where recovery decides (abort the undecided,
+#: commit the decided, finish a half-committed batch): what the old role check got wrong.
+NO_DAEMON_KILL_POINTS = ["after_precommit", "after_decision", "after_some_commits"]
+
+
 @pytest.mark.parametrize("workers", ["daemon", "no-daemon"])
 def test_kill_at_every_protocol_point_then_restart(bootstrap, pipeline, workers):
-    """One kill point per batch, in one killed-and-restarted sequence; and all of it again
-    with spark.python.use.daemon=false, where workers start as `python -m ...` (the old
+    """One kill point per batch, in one killed-and-restarted sequence; and the points where
+    recovery decides again with spark.python.use.daemon=false, where workers start as
+    `python -m ...` (the old
     stack-walking role check then never recovered: a crash after a partition's EndTxn and
     before its committed marker duplicated that partition)."""
     args, paths, expected, out = pipeline
+    points = KILL_POINTS
     if workers == "no-daemon":
-        args = [*args, "--no-daemon"]
+        args, points = [*args, "--no-daemon"], NO_DAEMON_KILL_POINTS
 
     def nothing_twice(point: str, batch: int) -> None:
         got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
         assert not [k for k, n in got.items() if n > 1], f"a record twice after {point}@{batch}"
 
-    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=KILL_POINTS,
+    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=points,
                       first_batch=0, after_each_kill=nothing_twice)
     assert "without having recovered" not in log_tail(paths["log"], 10**8)
     _verify(bootstrap, paths, expected, out)
