@@ -225,3 +225,35 @@ def test_a_streaming_query_writes_capped_statistically_described_compacted_files
     removed = {os.path.normpath(os.path.join(table, unquote(r["path"])))
                for r in _log_actions(table, "remove")}
     assert removed and set(orphan_files(table)) == removed
+
+
+def test_the_orphan_sweep_takes_tombstones_from_the_log_checkpoint(tmp_path):
+    """With compaction, the files it replaced stay on storage as tombstones: the sweep must
+    keep them, and finds them in the last log checkpoint and the commits after it, not by
+    reading the whole log (which log clean-up may have shortened, as here)."""
+    sink = _sink(tmp_path, compactEvery="3", orphanFileRetention="0s",
+                 **{"delta.checkpointInterval": "2"})
+    for b in range(3):
+        _batch(sink, b, _rows(b * 4, 4))
+    sink._maybe_compact(DeltaTable(str(tmp_path / "t")))
+    for b in range(3, 6):
+        _batch(sink, b, _rows(b * 4, 4))
+    table = DeltaTable(str(tmp_path / "t"))
+    tombstones = {r["path"] for r in _log_actions(str(tmp_path / "t"), "remove")}
+    assert len(tombstones) == 3
+    log_dir = tmp_path / "t" / "_delta_log"
+    last = json.loads((log_dir / "_last_checkpoint").read_text())["version"]
+    assert last > table.history()[-4]["version"]  # a checkpoint after the compaction
+    for p in log_dir.glob("*.json"):
+        if int(p.name[:20]) <= last:
+            p.unlink()  # what log clean-up does once a checkpoint covers them
+    txn = sink.beginTransaction(TaskInfo(6, 0, 0))  # a task killed before its handle was logged
+    sink.invoke(txn, _rows(100, 2))
+    orphan = sink.preCommit(txn)["adds"][0]["file"]
+
+    sink.cleanupAbandoned()
+    on_disk = {p.name for p in (tmp_path / "t").glob("*.parquet")}
+    assert orphan not in on_disk
+    assert tombstones <= on_disk
+    assert {os.path.basename(u) for u in DeltaTable(str(tmp_path / "t")).file_uris()} <= on_disk
+    assert sorted(DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("id").to_pylist()) == list(range(24))

@@ -8,13 +8,13 @@ atomically whether batch N is in (`isCommitted`). The commit protocol is the tem
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +30,7 @@ from connectors.options import OptionError, Options
 from connectors.paths import resolve
 from sinks import delta_protocol
 from sinks.checkpoint import last_committed_batch
+from sinks.delta_log import referenced_files
 from sinks.delta_options import BATCH_OPTIONS, OPTION_PREFIXES, OPTIONS, DeltaOptions
 from sinks.delta_stats import file_stats
 from sinks.two_phase_commit import (
@@ -372,10 +373,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         self.abort(handles)
         fs, root = self._fs()
         prefix = f"part-eos-{self.options.file_tag}-"
-        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
-        for info in fs.get_file_info(selector):
-            if (info.type == pafs.FileType.File and info.base_name.startswith(prefix)
-                    and "/_delta_log/" not in info.path):
+        for info in _data_files(fs, root):
+            if info.base_name.startswith(prefix):
                 _delete(fs, info.path)
 
     def cleanupAbandoned(self) -> None:
@@ -389,44 +388,20 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         _LAST_CLEANUP[self.options.path] = now_ms
         fs, root = self._fs()
         prefix = f"part-eos-{self.options.file_tag}-"
-        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
         candidates = [
-            info for info in fs.get_file_info(selector)
-            if info.type == pafs.FileType.File and info.base_name.startswith(prefix)
-            and "/_delta_log/" not in info.path
+            info for info in _data_files(fs, root)
+            if info.base_name.startswith(prefix)
             and now_ms - _mtime_ms(info, now_ms) >= self.options.orphan_retention_ms
         ]
         if not candidates:
             return
-        since_ms = min(_mtime_ms(c, now_ms) for c in candidates) - 60_000  # clock slack
-        referenced = self._referenced_files(fs, root, since_ms)
+        table = self._table()
+        referenced = set() if table is None else referenced_files(table, fs, root)
         for info in candidates:
             relative = info.path[len(root):].lstrip("/")
             if relative not in referenced:
                 log.info("%s: removing orphan file %s", self.describe(), info.path)
                 _delete(fs, info.path)
-
-    def _referenced_files(self, fs: pafs.FileSystem, root: str, since_ms: float) -> set[str]:
-        """Relative paths (as on disk) of every file a readable version references: the
-        current snapshot, plus every add and remove of the commits written since `since_ms`
-        (a file can only be referenced by a commit made after the file was written)."""
-        table = self._table()
-        if table is None:
-            return set()
-        paths = table.get_add_actions(flatten=True).column("path").to_pylist()
-        selector = pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True)
-        for info in fs.get_file_info(selector):
-            if not info.base_name.endswith(".json") or _mtime_ms(info, since_ms) < since_ms:
-                continue
-            with fs.open_input_stream(info.path) as f:
-                for line in f.read().decode("utf-8").splitlines():
-                    if not line.strip():
-                        continue
-                    action = json.loads(line)
-                    for kind in ("add", "remove"):
-                        if kind in action:
-                            paths.append(action[kind]["path"])
-        return {unquote(p) for p in paths}  # add paths are the on-disk names, URL-encoded
 
     def recoverAndCommit(self, batchId: int, handles: dict[int, Handle]) -> None:
         """A decided batch committed after a restart: its files may have gone while the query
@@ -537,6 +512,19 @@ def _footer(f: _OpenFile) -> pq.FileMetaData:
     """The footer the closed writer just wrote: pyarrow keeps it (its own write_to_dataset
     collects footers this way), so no read back from the store."""
     return f.writer.writer.metadata
+
+
+def _data_files(fs: pafs.FileSystem, root: str) -> Iterator[pafs.FileInfo]:
+    """Every file under the table root except the Delta log's (which, at a 1 s trigger, holds
+    hundreds of thousands of commits: never listed here)."""
+    top = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    for info in top:
+        if info.type == pafs.FileType.File:
+            yield info
+        elif info.type == pafs.FileType.Directory and info.base_name != "_delta_log":
+            for inner in fs.get_file_info(pafs.FileSelector(info.path, recursive=True)):
+                if inner.type == pafs.FileType.File:
+                    yield inner
 
 
 def _mtime_ms(info: pafs.FileInfo, default: float) -> float:
