@@ -6,6 +6,7 @@ oracle: what counts is what a read_committed reader would see."""
 from __future__ import annotations
 
 import logging
+import sys
 
 import pyarrow as pa
 import pytest
@@ -209,3 +210,48 @@ def test_a_killed_attempt_beyond_the_first_is_fenced_before_the_next_batch(boots
     TwoPhaseCommitWriter(make_sink(bootstrap, out, tmp_path / "ck")).prepare_for_tasks()
     log = read_partition(bootstrap, out, 0)
     assert log.open == [] and {r.key for r in log.aborted} == {b"killed"}
+
+
+# -- the commit's fixed costs ------------------------------------------------------------------
+
+
+def test_a_batchs_transactions_are_committed_together_and_all_land(bootstrap, out, tmp_path,
+                                                                    monkeypatch):
+    """The driver's EndTxns of a batch's partitions are in flight together (threads sharing
+    the commit client's connection); every one lands, every partition is marked, and the next
+    batch asks no FindCoordinator for ids whose coordinator it already knows."""
+    import threading
+
+    from sinks import kafka_commit
+    from sinks.two_phase_commit import PreparedPartition
+
+    sink = make_sink(bootstrap, out, tmp_path / "ck")
+    writer = TwoPhaseCommitWriter(sink)
+    writer.ready_for_tasks = True
+    finds: list[str] = []
+    find = kafka_commit.find_transaction_coordinator
+    monkeypatch.setattr(kafka_commit, "find_transaction_coordinator",
+                        lambda cluster, tid, timeout_s=10.0: (finds.append(tid),
+                                                               find(cluster, tid, timeout_s))[1])
+    threads: set[int] = set()
+    end = kafka_commit.end_transaction
+
+    def end_transaction(cluster, txn, **kw):
+        threads.add(threading.get_ident())
+        return end(cluster, txn, **kw)
+
+    monkeypatch.setattr(sys.modules["sinks.kafka"], "end_transaction", end_transaction)
+    partitions = range(6)
+    for batch in (0, 1):
+        sink.open()
+        messages = [PreparedPartition(batch, p, 0, prepare(sink, batch, p, 0, f"b{batch}p{p}"))
+                    for p in partitions]
+        writer.commit(messages, batch)
+        state = TransactionLog(sink.settings.checkpoint_location).state(batch)
+        assert state.committed == set(partitions) and state.done
+        if batch == 0:
+            assert len(threads) > 1  # not one after the other
+            finds.clear()
+    assert finds == []  # batch 1: every coordinator known from batch 0
+    assert tags(bootstrap, out) == sorted(f"b{b}p{p}".encode() for b in (0, 1) for p in partitions)
+    assert read_partition(bootstrap, out, 0).open == []

@@ -207,6 +207,10 @@ class CommitClient:
         self._client: KafkaNetClient | None = None
         #: `check_cluster` passed once: later batches do not pay for the check again.
         self.verified = False
+        #: transactional id -> its coordinator's node id, from the last FindCoordinator: the
+        #: ids are per (partition, attempt), so each batch's EndTxn goes to the same node
+        #: without asking again; forgotten when a request there fails.
+        self._coordinators: dict[str, object] = {}
 
     def __repr__(self) -> str:  # the configuration holds secrets
         return f"CommitClient({self.conf.get('bootstrap.servers')!r}, " \
@@ -258,7 +262,11 @@ class CommitClient:
         return f"{node.host}:{node.port}" if node is not None else str(node_id)
 
     def call(self, request, node_id=None, *, timeout_s: float = 10.0):
-        """The answer to `request` from `node_id` (None: any bootstrap server)."""
+        """The answer to `request` from `node_id` (None: any bootstrap server). Thread-safe,
+        and concurrent calls share the connection: each thread sends its request, then they
+        take turns polling in short slices, so requests of several threads (the commits of a
+        batch's partitions) are in flight together and whichever thread polls reads every
+        answer that arrived."""
         with self._lock:
             client = self._net(timeout_s)
             if node_id is None:
@@ -266,24 +274,42 @@ class CommitClient:
             self._ready(client, node_id, timeout_s)
             where = self._address(client, node_id)
             future = client.send(node_id, request)
-            client.poll(timeout_ms=int(timeout_s * 1000), future=future)
-            if future.succeeded():
-                return future.value
-            if future.failed():
-                error = future.exception
-                if _is_refusal(error):
-                    raise self._refused(error, where)
-                # the request went out and the broker hung up instead of answering
-                closed = isinstance(error, kafka_errors.KafkaConnectionError)
-                raise TransientTxnError(f"{request.name} to {where} failed: {error}",
-                                        closed_by_broker=closed)
-            raise TransientTxnError(f"{request.name} to {where}: no answer in {timeout_s:.0f} s")
+        deadline = time.monotonic() + timeout_s
+        while not future.is_done:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            with self._lock:
+                if not future.is_done:
+                    client.poll(timeout_ms=max(1, int(min(left, POLL_SLICE_S) * 1000)),
+                                future=future)
+        if future.succeeded():
+            return future.value
+        if future.failed():
+            error = future.exception
+            if _is_refusal(error):
+                raise self._refused(error, where)
+            # the request went out and the broker hung up instead of answering
+            closed = isinstance(error, kafka_errors.KafkaConnectionError)
+            raise TransientTxnError(f"{request.name} to {where} failed: {error}",
+                                    closed_by_broker=closed)
+        raise TransientTxnError(f"{request.name} to {where}: no answer in {timeout_s:.0f} s")
+
+    def cached_coordinator(self, transactional_id: str):
+        with self._lock:
+            return self._coordinators.get(transactional_id)
+
+    def forget_coordinator(self, transactional_id: str) -> None:
+        with self._lock:
+            self._coordinators.pop(transactional_id, None)
 
     def coordinator(self, response, transactional_id: str):
         """The node id of a FindCoordinator answer, known to the client from now on."""
         with self._lock:
-            return self._net(10.0).cluster.add_coordinator(
+            node = self._net(10.0).cluster.add_coordinator(
                 response, "transaction", transactional_id, synthesize_node_id=False)
+            self._coordinators[transactional_id] = node
+            return node
 
     def learn_brokers(self, response) -> None:
         with self._lock:
@@ -307,6 +333,8 @@ for _name in ("kafka.net.transport", "kafka.net.connection", "kafka.net.manager"
     logging.getLogger(_name).setLevel(logging.CRITICAL)
 
 _CLIENTS: dict[tuple, CommitClient] = {}
+#: How long one thread polls the commit client's connections before letting another poll.
+POLL_SLICE_S = 0.05
 _CLIENTS_LOCK = threading.Lock()
 
 
@@ -362,21 +390,32 @@ def end_transaction(
 ) -> None:
     """EndTxn at the coordinator. Idempotent: ending a completed transaction again with the same
     epoch returns no error. Raises TransientTxnError, or a TxnRequestError: TxnRefused (settle
-    from the output), TxnAuthorizationError, or another definite error named by Kafka."""
-    node = find_transaction_coordinator(cluster, txn.transactional_id, timeout_s)
-    r = commit_client(cluster).call(
-        EndTxnRequest(
-            transactional_id=txn.transactional_id,
-            producer_id=txn.producer_id,
-            producer_epoch=txn.producer_epoch,
-            committed=commit,
-            version=1,
-        ),
-        node, timeout_s=timeout_s,
-    )
+    from the output), TxnAuthorizationError, or another definite error named by Kafka.
+    The coordinator found for the id last time is asked directly; any failure that may mean it
+    moved (no answer, NOT_COORDINATOR, ...) forgets it, and the retry asks FindCoordinator."""
+    client = commit_client(cluster)
+    node = client.cached_coordinator(txn.transactional_id)
+    if node is None:
+        node = find_transaction_coordinator(cluster, txn.transactional_id, timeout_s)
     what = (f"EndTxn({'commit' if commit else 'abort'}) of {txn.transactional_id} "
             f"(producer id {txn.producer_id}, epoch {txn.producer_epoch})")
-    error = txn_error(r.error_code, what)
+    try:
+        r = client.call(
+            EndTxnRequest(
+                transactional_id=txn.transactional_id,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                committed=commit,
+                version=1,
+            ),
+            node, timeout_s=timeout_s,
+        )
+        error = txn_error(r.error_code, what)
+    except TransientTxnError:
+        client.forget_coordinator(txn.transactional_id)
+        raise
+    if isinstance(error, TransientTxnError):
+        client.forget_coordinator(txn.transactional_id)
     if error is not None:
         raise error
 

@@ -40,6 +40,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -208,6 +209,11 @@ class TwoPhaseCommitSink(ABC, Generic[Txn]):
     #: True for stores whose handles commit one by one (Kafka), False for one atomic commit
     #: of the whole batch (Delta): decides whether partitions are marked committed singly.
     commits_per_partition: bool = False
+
+    #: With commits_per_partition: how many partitions' handles may be committed at once, from
+    #: threads of the driver (`commit` is then called concurrently, one partition each). 1 (the
+    #: default): one after the other, for stores whose commit is not thread-safe.
+    concurrent_commits: int = 1
 
     #: True for stores that record the batch id itself (Delta's txn action): `commit` is then
     #: called for a batch that wrote no rows too (one that read only transaction markers), so
@@ -414,21 +420,52 @@ class _Protocol:
             else [handles]
         )
         lost: list[int] = []
-        for i, group in enumerate(groups):
+
+        def commit_group(group: dict[int, Handle]) -> list[int]:
+            """Commit one group with its retries; the partitions it lost."""
             try:
-                self._with_retries(batch_id, lambda g=group: step(batch_id, g))
+                self._with_retries(batch_id, lambda: step(batch_id, group))
             except TransactionLost as e:
                 # An atomic store that could not commit committed none of the group.
-                lost.extend(e.partitions if self.sink.commits_per_partition else group)
+                lost_here = list(e.partitions if self.sink.commits_per_partition else group)
                 log.warning("%s: batch %d: %s", self.sink.describe(), batch_id, e)
+                return lost_here
+            return []
+
+        def committed(i: int, group: dict[int, Handle], lost_here: list[int]) -> None:
+            lost.extend(lost_here)
             faults.inject(
                 "after_store_commit", batch_id,
                 next(iter(group)) if self.sink.commits_per_partition else None,
             )
             if txlog is not None:
-                txlog.record_committed(batch_id, [p for p in group if p not in lost])
+                txlog.record_committed(batch_id, [p for p in group if p not in lost_here])
             if i == 0 and len(groups) > 1:
                 faults.inject("after_some_commits", batch_id)
+
+        workers = min(len(groups), max(1, self.sink.concurrent_commits))
+        if workers <= 1:
+            for i, group in enumerate(groups):
+                committed(i, group, commit_group(group))
+            return sorted(set(lost))
+        # Partitions committed at once (stores whose commit may run in threads): the batch
+        # pays for the slowest commit, not for their sum. Each is retried on its own, and
+        # marked committed as soon as it is (a crash between two marks is what recovery
+        # finishes, as with sequential commits); the first failure other than a lost
+        # transaction fails the batch once every started commit has ended.
+        with ThreadPoolExecutor(max_workers=workers,
+                                thread_name_prefix=f"{self.settings.name}-commit") as pool:
+            futures = {pool.submit(commit_group, g): g for g in groups}
+            failure: BaseException | None = None
+            for i, future in enumerate(as_completed(futures)):
+                try:
+                    lost_here = future.result()
+                except BaseException as e:  # noqa: BLE001  (re-raised below)
+                    failure = failure or e
+                    continue
+                committed(i, futures[future], lost_here)
+        if failure is not None:
+            raise failure
         return sorted(set(lost))
 
     def _with_retries(self, batch_id: int, fn) -> None:

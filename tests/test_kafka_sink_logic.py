@@ -590,3 +590,52 @@ def test_a_null_topic_without_the_topic_option_fails_the_task_as_in_spark(tmp_pa
     with pytest.raises(ValueError, match=r"null topic.*set \.option\(\"topic\""):
         sink.invoke(ksink.KafkaTxn(TaskInfo(0, 0, 0), _RecordingProducer(), None),
                     _rows(topic=["t1", None], value=[b"a", b"b"]))
+
+
+# ------------------------------------------------------------------ per-batch fixed costs
+
+
+def test_transactional_producers_connect_to_the_brokers_at_once_unless_told_otherwise(
+    tmp_path, fake_producer
+):
+    """With librdkafka's sparse connections a fresh producer's init_transactions waits ~500 ms
+    about one time in two (no broker up to find the coordinator; a 500 ms retry timer)."""
+    fake_producer.max_ms = 10**9
+    sink = _sink(tmp_path)
+    sink.beginTransaction(TaskInfo(3, 0, 0))
+    assert fake_producer.created[-1]["enable.sparse.connections"] == "false"
+    assert "enable.sparse.connections" not in sink.options.kafka_conf  # not the commit client's
+
+    sink = _sink(tmp_path, **{"kafka.enable.sparse.connections": "true"})
+    sink.beginTransaction(TaskInfo(3, 0, 0))
+    assert fake_producer.created[-1]["enable.sparse.connections"] == "true"
+
+
+def test_statistics_are_kept_as_reported_and_parsed_once_after_the_flush(tmp_path, fake_producer):
+    fake_producer.max_ms = 10**9
+    sink = _sink(tmp_path)
+    txn = sink.beginTransaction(TaskInfo(3, 0, 0))
+    stats_cb = fake_producer.created[-1]["stats_cb"]
+    assert int(fake_producer.created[-1]["statistics.interval.ms"]) <= 10
+    stats_cb("not parsed: only the report preCommit uses is")  # during the task
+    assert txn.stats_json and txn.stats == {}
+
+    def report(state, txmsgs):
+        return json.dumps({"eos": {"txn_state": state, "producer_id": 7, "producer_epoch": 3},
+                           "topics": {"out": {"partitions": {"0": {"txmsgs": txmsgs}}}}})
+
+    reports = [report("BeginCommit", 0), report("InTransaction", 2)]
+
+    class Flushed:
+        def flush(self, timeout):
+            stats_cb(report("InTransaction", 1))  # served by the flush: before it ended
+            return 0
+
+        def poll(self, timeout):
+            if reports:
+                stats_cb(reports.pop(0))
+
+    txn.producer = Flushed()
+    h = sink.preCommit(txn)
+    assert (h["producer_id"], h["producer_epoch"], h["partitions"]) == (7, 3, [["out", 0]])
+    assert reports == []  # the first report after the flush in InTransaction state was used

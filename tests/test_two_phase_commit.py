@@ -310,6 +310,73 @@ def test_per_partition_store_commits_handle_by_handle_and_marks_each(chk):
     assert st.committed == {0, 1, 2} and st.done
 
 
+def test_a_store_that_allows_it_commits_partitions_concurrently_and_marks_each(chk):
+    """concurrent_commits > 1: the batch waits for the slowest commit, not for their sum, and
+    every partition is still committed and marked; a lost one is still lost alone."""
+    import threading
+
+    store, writer = make(chk, per_partition=True, sleep_s=0.3, lost={3})
+    store.concurrent_commits = 8
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def on_commit(b, hs):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+
+    def done(b, hs):
+        with lock:
+            running[0] -= 1
+
+    store.on_commit = on_commit
+    inner = store._do_commit
+
+    def do_commit(b, hs):
+        try:
+            inner(b, hs)
+        finally:
+            done(b, hs)
+
+    store._do_commit = do_commit
+    started = time.monotonic()
+    with pytest.raises(TransactionLost) as e:
+        writer.commit(msgs(2, range(6)), 2)
+    elapsed = time.monotonic() - started
+    assert e.value.partitions == [3]
+    assert peak[0] == 6 and elapsed < 6 * 0.3  # sequential would take 1.8 s
+    assert sorted(next(iter(c[2])) for c in store.named("commit")) == list(range(6))
+    st = TransactionLog(chk).state(2)
+    assert st.committed == {0, 1, 2, 4, 5} and not st.done
+    assert store.visible == {2: {p: h(2, p) for p in (0, 1, 2, 4, 5)}}
+
+
+def test_concurrent_commits_fail_the_batch_after_every_started_commit_ended(chk):
+    store, writer = make(chk, per_partition=True, attempts=1)
+    store.concurrent_commits = 4
+
+    def on_commit(b, hs):
+        if 1 in hs:
+            raise RuntimeError("definite store error")
+
+    store.on_commit = on_commit
+    store.isTransient = lambda exc: False
+    with pytest.raises(RuntimeError, match="definite store error"):
+        writer.commit(msgs(4, range(4)), 4)
+    st = TransactionLog(chk).state(4)
+    assert st.committed == {0, 2, 3} and not st.done  # the others landed and are marked
+
+
+def test_commits_are_sequential_unless_the_store_allows_concurrency(chk):
+    store, writer = make(chk, per_partition=True)
+    assert store.concurrent_commits == 1
+    import threading
+
+    threads = set()
+    store.on_commit = lambda b, hs: threads.add(threading.get_ident())
+    writer.commit(msgs(2, range(4)), 2)
+    assert threads == {threading.get_ident()}
+
+
 def test_atomic_store_commits_the_whole_batch_in_one_call(chk):
     store, writer = make(chk, per_partition=False)
     writer.commit(msgs(2, [0, 1, 2]), 2)
