@@ -203,12 +203,14 @@ class TransactionLog:
         state.decisions = [d for _, d in sorted(decisions, key=lambda x: x[0])]
         return state
 
-    def forget(self, batch_id: int) -> None:
-        """Drop a batch's records. `done` goes last and the directory after it: a crash
-        inside leaves the batch done (collected again later) or without a decision (nothing
-        to commit); never a decision without `done`, which would be committed again."""
+    def forget(self, batch_id: int, names: list[str] | None = None) -> None:
+        """Drop a batch's records (`names`: its directory's listing, if just taken). `done`
+        goes last and the directory after it: a crash inside leaves the batch done (collected
+        again later) or without a decision (nothing to commit); never a decision without
+        `done`, which would be committed again."""
         directory = self._dir(batch_id)
-        names = self._names(directory)
+        if names is None:
+            names = self._names(directory)
         last = [n for n in ("done",) if n in names]
         decisions = [n for n in names if _DECISION.match(n)]
         for name in [n for n in names if n not in last and n not in decisions] + decisions + last:
@@ -224,5 +226,7 @@ class TransactionLog:
     def garbage_collect(self, keep_from: int) -> None:
         """Drop the records of done batches before `keep_from`: Spark never replays them."""
         for b in self.batches():
-            if b < keep_from and "done" in self._names(self._dir(b)):
-                self.forget(b)
+            if b < keep_from:
+                names = self._names(self._dir(b))
+                if "done" in names:
+                    self.forget(b, names)  # one listing of the directory, not two

@@ -175,6 +175,20 @@ def test_garbage_collect_only_done_batches_before_keep_from(chk, txlog):
     assert txlog.state(1).decided() == {0: {"b": 1}}
 
 
+def test_garbage_collection_lists_each_old_batch_once(chk, txlog, monkeypatch):
+    """Per batch, the collection lists the log and the batch that fell out of the window:
+    that listing also serves its deletion."""
+    for b in range(4):
+        txlog.record_decision(b, {0: {"b": b}})
+        txlog.record_done(b)
+    listed: list[str] = []
+    names = txlog._names
+    monkeypatch.setattr(txlog, "_names", lambda d: (listed.append(d), names(d))[1])
+    txlog.garbage_collect(1)
+    assert sorted(listed) == sorted([txlog.root, f"{txlog.root}/0"])
+    assert txlog.batches() == [1, 2, 3]
+
+
 def test_garbage_collect_keep_from_zero_or_negative_keeps_all(txlog):
     for b in range(3):
         txlog.record_done(b)
