@@ -411,7 +411,7 @@ def end_transaction(
             node, timeout_s=timeout_s,
         )
         error = txn_error(r.error_code, what)
-    except TransientTxnError:
+    except BaseException:  # unreachable, unknown node, dropped connection: ask again next time
         client.forget_coordinator(txn.transactional_id)
         raise
     if isinstance(error, TransientTxnError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 
+import kafka.errors as kafka_errors
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql.types import BinaryType, StructField, StructType
@@ -639,3 +640,37 @@ def test_statistics_are_kept_as_reported_and_parsed_once_after_the_flush(tmp_pat
     h = sink.preCommit(txn)
     assert (h["producer_id"], h["producer_epoch"], h["partitions"]) == (7, 3, [["out", 0]])
     assert reports == []  # the first report after the flush in InTransaction state was used
+
+
+def test_endtxn_asks_the_remembered_coordinator_and_forgets_it_when_a_request_fails(monkeypatch):
+    client = kafka_txn.CommitClient({"bootstrap.servers": "127.0.0.1:1"})
+    monkeypatch.setattr(kafka_txn, "commit_client", lambda cluster: client)
+    finds: list[str] = []
+
+    def find(cluster, tid, timeout_s=10.0):
+        finds.append(tid)
+        client._coordinators[tid] = "node-1"
+        return "node-1"
+
+    answers: list = [None, None, kafka_errors.NodeNotReadyError("gone"), None]
+
+    class Answer:
+        error_code = 0
+
+    def call(request, node_id=None, *, timeout_s=10.0):
+        assert node_id == "node-1"
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+        return Answer()
+
+    monkeypatch.setattr(kafka_txn, "find_transaction_coordinator", find)
+    monkeypatch.setattr(client, "call", call)
+    txn = kafka_txn.PreparedTxn("p-0-0", 7, 3)
+    kafka_txn.end_transaction("x", txn, commit=True)
+    kafka_txn.end_transaction("x", txn, commit=True)
+    assert finds == ["p-0-0"]  # the second batch asked the remembered coordinator
+    with pytest.raises(kafka_errors.NodeNotReadyError):
+        kafka_txn.end_transaction("x", txn, commit=True)
+    kafka_txn.end_transaction("x", txn, commit=True)
+    assert finds == ["p-0-0", "p-0-0"]  # asked again after the failure
