@@ -257,3 +257,29 @@ def test_the_orphan_sweep_takes_tombstones_from_the_log_checkpoint(tmp_path):
     assert tombstones <= on_disk
     assert {os.path.basename(u) for u in DeltaTable(str(tmp_path / "t")).file_uris()} <= on_disk
     assert sorted(DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("id").to_pylist()) == list(range(24))
+
+
+def test_the_table_kept_between_batches_sees_other_writers_and_a_table_made_anew(tmp_path):
+    """The driver keeps the table it loaded and brings it up to date between batches: it sees
+    another writer's commits, and a table deleted and created again under the running driver
+    is loaded afresh, never extended from a version that is gone."""
+    import shutil
+
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "t")
+    sink = _sink(tmp_path)
+    _batch(sink, 0, _rows(0, 2))
+    write_deltalake(path, pa.Table.from_batches([_rows(100, 1)]), mode="append")  # another writer
+    _batch(sink, 1, _rows(2, 2))
+    table = DeltaTable(path)
+    assert table.version() == 2 and table.transaction_version("quality") == 1
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 100]
+
+    shutil.rmtree(path)  # an operator drops the table and another job creates it again
+    write_deltalake(path, pa.Table.from_batches([_rows(200, 1)]), mode="append")
+    assert not sink.isCommitted(2)
+    _batch(sink, 2, _rows(4, 2))
+    table = DeltaTable(path)
+    assert table.version() == 1 and table.transaction_version("quality") == 2
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [4, 5, 200]

@@ -112,10 +112,34 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         return loc.fs, loc.path
 
     def _table(self) -> DeltaTable | None:
+        """The table as of now. Each process keeps the table it loaded and brings it up to
+        date with the commits since (`update_incremental`: a listing after the version it
+        holds), instead of loading it from its checkpoint at each step of each batch (open,
+        isCommitted, commit: three loads a batch, each reading a checkpoint that grows with
+        the table's files). A kept table is trusted only while the commit file of its version
+        is the one it read: a table deleted (or deleted and created again) under the query is
+        loaded afresh, never extended from a version that is gone."""
+        key = (self.options.path, self.options.app_id,
+               tuple(sorted(self.options.storage_options.items())))
+        kept = _TABLES.get(key)
+        if kept is not None:
+            table, mark = kept
+            fs, root = self._fs()
+            if mark is not None and _commit_mark(fs, root, table.version()) == mark:
+                try:
+                    table.update_incremental()
+                    _TABLES[key] = (table, _commit_mark(fs, root, table.version()))
+                    return table
+                except Exception as e:  # unreadable now: load it afresh
+                    log.info("%s: reloading the table (%s)", self.describe(), e)
+            _TABLES.pop(key, None)
         try:
-            return DeltaTable(self.options.path, storage_options=self.options.storage_options)
+            table = DeltaTable(self.options.path, storage_options=self.options.storage_options)
         except TableNotFoundError:
             return None
+        fs, root = self._fs()
+        _TABLES[key] = (table, _commit_mark(fs, root, table.version()))
+        return table
 
     def open(self) -> None:
         """At each batch's planning: the table, if it exists, must accept this stream."""
@@ -492,6 +516,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 _delete(fs, f"{root}/{a['file']}")
 
 
+#: The table each process loaded, per location, appId and storage options, with the mark of
+#: the commit file of its version (DeltaSink._table).
+_TABLES: dict[tuple, tuple[DeltaTable, tuple | None]] = {}
 #: When this worker process last cleaned up each table (see cleanupAbandoned).
 _LAST_CLEANUP: dict[str, float] = {}
 #: The table version of each table's last compaction this driver knows of (_maybe_compact).
@@ -525,6 +552,14 @@ def _data_files(fs: pafs.FileSystem, root: str) -> Iterator[pafs.FileInfo]:
             for inner in fs.get_file_info(pafs.FileSelector(info.path, recursive=True)):
                 if inner.type == pafs.FileType.File:
                     yield inner
+
+
+def _commit_mark(fs: pafs.FileSystem, root: str, version: int) -> tuple | None:
+    """What identifies one commit file (size and modification time): None if it is gone."""
+    info = fs.get_file_info(f"{root}/_delta_log/{version:020d}.json")
+    if info.type == pafs.FileType.NotFound:
+        return None
+    return (info.size, info.mtime_ns)
 
 
 def _mtime_ms(info: pafs.FileInfo, default: float) -> float:
