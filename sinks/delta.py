@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Field, Schema, Transaction
+from deltalake import CommitProperties, DeltaTable, Field, PostCommitHookProperties, Schema, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamWriter
@@ -50,6 +50,8 @@ FORMAT_NAME = "delta-eos"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 #: In a batch job's commit info: the job's id, by which a retried commit finds it landed.
 JOB_METADATA_KEY = "kafka_eos.job"
+#: delta-rs's checkpoint interval when the table sets none (delta-spark's is 10).
+DELTA_RS_CHECKPOINT_INTERVAL = 100
 #: Longer string values than this may cost a write its footer min/max (pyarrow: 4 KiB).
 LONG_VALUE_BYTES = 4000
 #: In a compaction's commit info: the appId of the sink that compacted.
@@ -208,7 +210,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         last = _LAST_COMPACTION.get(self.options.path)
         if last is None:  # once per driver process: the last compaction in the table's history
             last = next((h["version"] for h in table.history(limit=n)
-                         if h.get("operation") == "OPTIMIZE"), table.version() - n)
+                         if h.get("operation") == "OPTIMIZE"), max(table.version() - n, -1))
         if table.version() - last < n:
             _LAST_COMPACTION[self.options.path] = last
             return
@@ -476,6 +478,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         table = self._table()
         if job and not adds and table is not None:
             return  # an empty batch job: nothing to add (a missing table is still created)
+        hooks = _post_commit_hooks(table)
         if table is None:
             create_table_with_add_actions(
                 self.options.path,
@@ -486,6 +489,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 configuration=self.options.table_properties or None,
                 storage_options=self.options.storage_options or None,
                 commit_properties=props,
+                post_commithook_properties=hooks,
             )
         else:
             self._add_new_columns(table)
@@ -495,6 +499,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 schema=table.schema(),
                 partition_by=list(self.options.partition_by) or None,
                 commit_properties=props,
+                post_commithook_properties=hooks,
             )
 
     def _add_new_columns(self, table: DeltaTable) -> None:
@@ -552,6 +557,21 @@ def _data_files(fs: pafs.FileSystem, root: str) -> Iterator[pafs.FileInfo]:
             for inner in fs.get_file_info(pafs.FileSelector(info.path, recursive=True)):
                 if inner.type == pafs.FileType.File:
                     yield inner
+
+
+def _post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
+    """delta-rs lists the whole Delta log after every commit to clean up expired log files
+    (none expire for delta.logRetentionDuration, 30 days: at a 1 s trigger, a listing of
+    millions of files per commit). As delta-spark does, the clean-up runs with the log
+    checkpoint only (its commit is the one that reaches delta.checkpointInterval), and the
+    table's delta.enableExpiredLogCleanup still decides whether it runs at all."""
+    if table is None:
+        return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+    interval = int(table.metadata().configuration.get("delta.checkpointInterval")
+                   or DELTA_RS_CHECKPOINT_INTERVAL)
+    checkpointing = (table.version() + 2) % interval == 0  # the next version's checkpoint
+    return PostCommitHookProperties(create_checkpoint=True,
+                                    cleanup_expired_logs=None if checkpointing else False)
 
 
 def _commit_mark(fs: pafs.FileSystem, root: str, version: int) -> tuple | None:
