@@ -88,6 +88,8 @@ def _read(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa
         batch_rows=options.arrow_batch_rows,
         poll_timeout_ms=options.poll_timeout_ms,
         fail_on_data_loss=options.fail_on_data_loss,
+        cache_capacity=options.consumer_cache_capacity,
+        cache_timeout_ms=options.consumer_cache_timeout_ms,
     )
 
 
