@@ -351,3 +351,18 @@ def test_one_metadata_client_serves_every_batch_and_a_failed_one_is_replaced(mon
     assert len(made) == 2
     reader.stop()
     assert made[1].closed
+
+
+def test_initial_offset_is_resolved_once():
+    """Spark asks for the initial offset again when it runs the first batch; a second look-up
+    of `latest` under a live producer would start that batch after its end."""
+    class Moving(ScriptedResolver):
+        def resolve(self, spec, tps, option):
+            return self.latest(tps)
+
+    resolver = Moving(_options(), [{P0: 100}, {P0: 150}])
+    reader = _reader(_options(), resolver)
+    first = reader.initialOffset()
+    end = reader.latestOffset(first, ReadAllAvailable())
+    assert reader.initialOffset() == first == {"lat": {"0": 100}}
+    assert reader.partitions(reader.initialOffset(), end)  # no "went back"
