@@ -4,6 +4,10 @@
     python -m benchmarks                       # the full run (about 10 minutes on 2 cores)
     python -m benchmarks --quick               # tiny inputs: checks that it all runs
     python -m benchmarks --output-dir DIR      # where results.json and chart.png go
+    python -m benchmarks --delta-long-run [--batches 1000]
+                                               # delta-eos over 1,000 batches (about 12 minutes
+                                               # on 2 cores; no broker, no Spark): merged into
+                                               # DIR/results.json, its other sections kept
 
 For each value size (100 B and 1 KB by default) it measures:
   * the kafka-eos source into Spark's no-op sink against raw confluent-kafka consumers, one
@@ -13,6 +17,11 @@ For each value size (100 B and 1 KB by default) it measures:
   * exactly-once against at-least-once for both sinks at a 1-second trigger, and the commit
     phase's latency per batch (median, p95);
 and once, the peak memory of a Python worker reading 1 million 1-KB records.
+`--delta-long-run` (or `--only delta-long-run`, on its own or with the others) measures
+benchmarks/delta_long_run.py: the delta-eos commit time and a full read after batch 10 and after
+batch 1,000, against write_deltalake appends in the same run. It is not part of the default run
+(about 12 minutes for its five configurations); a run without it keeps the long run's section
+of the results.json it overwrites.
 The sinks are fed by Spark's file source over pre-written Parquet, so their figures are about
 the sinks; the same pipelines into no-op sinks are reported beside them.
 """
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -65,13 +75,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=2,
                     help="measured runs of each side, alternating; the best of each is kept")
     ap.add_argument("--only", default="source,kafka,delta,memory",
-                    help="comma-separated subset of source,kafka,delta,memory")
+                    help="comma-separated subset of source,kafka,delta,memory,delta-long-run")
+    ap.add_argument("--delta-long-run", action="store_true",
+                    help="only the delta-eos long run (same as --only delta-long-run); its "
+                         "figures are merged into an existing results.json, the rest kept")
+    ap.add_argument("--batches", type=int, default=1000,
+                    help="micro-batches of the delta-eos long run (default 1000)")
+    ap.add_argument("--long-run-rows", type=int, default=1000,
+                    help="rows per micro-batch of the delta-eos long run (default 1000)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny inputs (seconds, not minutes): checks the benchmark runs, "
                          "the figures mean nothing")
     ap.add_argument("--output-dir", default="benchmark-results",
                     help="directory for results.json and chart.png (default ./benchmark-results)")
     args = ap.parse_args(argv)
+    if args.batches < 20:
+        ap.error("--batches: the long run needs at least 20 (its first and last 10)")
+    if args.delta_long_run:
+        args.only = "delta-long-run"
     args.warmup = not args.quick
     if args.quick:
         args.repeats = 1
@@ -81,6 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.trigger_rows = 2_000
         args.memory_records = 8_000
         args.arrow_batch_rows = 1_000
+        args.batches = min(args.batches, 20)
+        args.long_run_rows = min(args.long_run_rows, 100)
     return args
 
 
@@ -103,9 +126,83 @@ def evaluate(by_size: dict) -> dict:
     return out
 
 
+_LONG_NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+){20,})\s*\]")
+
+
+def write_json(results: dict, path: str) -> None:
+    """Indented, but a list of more than 20 numbers (per-batch series) on one line."""
+    text = json.dumps(results, indent=2)
+    text = _LONG_NUMBER_LIST.sub(
+        lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def long_run_only(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The delta-eos long run alone (no broker, no Spark): its section replaces the one in an
+    existing results.json, whose other sections are kept."""
+    from benchmarks import delta_long_run
+    from benchmarks.common import load_average, machine
+    from benchmarks.report import long_run_table
+
+    os.makedirs(args.output_dir, exist_ok=True)
+    json_path = os.path.join(args.output_dir, "results.json")
+    results: dict = {}
+    if os.path.exists(json_path):
+        with open(json_path) as f:
+            results = json.load(f)
+    started = time.time()
+    work = tempfile.mkdtemp(prefix="delta-long-run-")
+    section = {
+        "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": machine(),
+        "code": _code_version(),
+        "load_average": {"start": load_average()},
+    }
+    try:
+        section.update(_long_run(args, work, delta_long_run, started))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    section["load_average"]["end"] = load_average()
+    section["duration_s"] = round(time.time() - started)
+    results["delta_long_run"] = section
+    write_json(results, json_path)
+    print(long_run_table(section))
+    print(f"wrote {json_path} in {section['duration_s']} s", file=sys.stderr)
+    return 0
+
+
+def _code_version() -> dict:
+    """The commit measured, and whether sinks/ differed from it (a shared checkout)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD"),
+            "sinks_modified": bool(git("status", "--porcelain", "--", "sinks"))}
+
+
+def _long_run(args: argparse.Namespace, work: str, module, started: float) -> dict:
+    def log(msg: str) -> None:
+        print(f"[{time.time() - started:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+    log(f"delta-eos long run, {args.batches} batches of {args.long_run_rows} rows")
+    return module.measure(work, batches=args.batches, rows_per_batch=args.long_run_rows,
+                          partitions=args.partitions, log=log)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     only = set(args.only.split(","))
+    if only == {"delta-long-run"}:
+        return long_run_only(args, argv)
     sizes = [int(s) for s in args.value_sizes.split(",")]
 
     from benchmarks.common import load_average, machine, metrics_file, write_parquet_input
@@ -174,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
                     bs, records=args.memory_records, value_bytes=args.memory_value_bytes,
                     batch_rows=args.arrow_batch_rows)
                 log(f"  {results['worker_memory']}")
+        if "delta-long-run" in only:
+            from benchmarks import delta_long_run
+
+            results["delta_long_run"] = _long_run(args, work, delta_long_run, started)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -181,8 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     results["duration_s"] = round(time.time() - started)
     results["targets"] = evaluate(results["by_value_size"])
     json_path = os.path.join(args.output_dir, "results.json")
-    with open(json_path, "w") as f:
-        json.dump(results, f, indent=2)
+    if "delta_long_run" not in results and os.path.exists(json_path):
+        with open(json_path) as f:  # measured by its own command: kept
+            previous = json.load(f).get("delta_long_run")
+        if previous is not None:
+            results["delta_long_run"] = previous
+    write_json(results, json_path)
     chart_path = os.path.join(args.output_dir, "chart.png")
     if only >= {"source", "kafka", "delta", "memory"}:
         draw(results, chart_path)

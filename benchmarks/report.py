@@ -1,6 +1,9 @@
-"""The README's Performance table, from a results.json, so the README says what the run said.
+"""The README's Performance tables, from a results.json, so the README says what the run said.
 
     python -m benchmarks.report benchmark-results/results.json
+
+`table` is the throughput run's; `long_run_table` the delta-eos long run's
+(benchmarks/delta_long_run.py, `python -m benchmarks --delta-long-run`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,104 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+#: The long run's configurations, in the table's order, with their labels.
+LONG_RUN_LABELS = {
+    "compaction_off": "compaction off, default checkpoint interval",
+    "compact_every_100": "`compactEvery=100`",
+    "checkpoint_interval_10": "`delta.checkpointInterval=10`",
+    "compact_every_100_checkpoint_interval_10": "`compactEvery=100`, `delta.checkpointInterval=10`",
+    "compact_every_100_checkpoint_interval_10_no_log_cleanup":
+        "the same and `delta.enableExpiredLogCleanup=false`",
+}
+
+
+def _ms(v: float) -> str:
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def _arrow(a: float, b: float) -> str:
+    return f"{_ms(a)} → {_ms(b)} ({b / a:.2f})" if a else f"{_ms(a)} → {_ms(b)}"
+
+
+def long_run_table(section: dict) -> str:
+    """The delta-eos long run (benchmarks/delta_long_run.py): commit time of the first and the
+    last batches, and a full read after batch 10 and after the last, against write_deltalake."""
+    n = section["batches"]
+    last_k = f"after_batch_{n}"
+    lines = [
+        f"`delta-eos`, {n:,} micro-batches of {section['rows_per_batch']:,} rows "
+        f"({section['partitions']} tasks each) into one table ({section['mode']}); "
+        "`write_deltalake` appends the same rows per batch in the same run. p50 in ms, "
+        f"batches 1-10 → {n - 9:,}-{n:,}; *same time*: the last 10 batches alternating with "
+        "a fresh table's first 10; *window*: the p50 of the first and of the last {w} batches "
+        "(one checkpoint cycle at the default interval, 100 samples: the steadiest figure on a "
+        "shared machine).",
+        "",
+        f"| configuration | `delta-eos` commit, batches 1-10 → {n - 9:,}-{n:,} | same time | "
+        "first → last {w}-batch window | `write_deltalake` append | same time | "
+        "first → last window | planning (open, compaction, recovery), first → last window |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    reads = [
+        "",
+        f"After batch 10 → after batch {n:,} (best of 3, ms; *fresh*: a 10-batch table read "
+        "at the same time as the long one):",
+        "",
+        "| configuration | full read `to_pyarrow_table()` | fresh | table load `DeltaTable()` "
+        "| data files in the snapshot / on disk | `_delta_log` files (checkpoints) | "
+        "`write_deltalake` table: full read, data files |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    missing, window = [], 100
+    for name, res in section["configs"].items():
+        label = LONG_RUN_LABELS.get(name, name)
+        sink = res["sink"]
+        if not sink.get("available"):
+            missing.append(f"{label}: not measured ({sink.get('error', 'unavailable')})")
+            continue
+        props = [f"{k}={v['wanted']}" for k, v in sink.get("table_properties", {}).items()
+                 if not v["applied"]]
+        if props:
+            label += f" (**not applied**: {', '.join(props)})"
+        raw = res["write_deltalake"]
+        c, a, p = sink["commit_ms"], raw["append_ms"], sink["planning_ms"]
+        ci, ai = sink["interleaved"], raw["interleaved"]
+        window = c["window_batches"]
+        lines.append(
+            f"| {label} | {_ms(c['first_10_p50'])} → {_ms(c['last_10_p50'])} "
+            f"(**{c['ratio_last_vs_first']:.2f}**) | "
+            f"{_arrow(ci['fresh_table_first_10_p50'], ci['long_table_last_10_p50'])} | "
+            f"{_arrow(c['window_p50'][0], c['window_p50'][-1])} | "
+            f"{_arrow(a['first_10_p50'], a['last_10_p50'])} | "
+            f"{_arrow(ai['fresh_table_first_10_p50'], ai['long_table_last_10_p50'])} | "
+            f"{_arrow(a['window_p50'][0], a['window_p50'][-1])} | "
+            f"{_arrow(p['window_p50'][0], p['window_p50'][-1])} |")
+        s0, s1, sf = sink["after_batch_10"], sink[last_k], sink["fresh_table_after_batch_10"]
+        r0, r1 = raw["after_batch_10"], raw[last_k]
+        reads.append(
+            f"| {label} | {_ms(s0['full_read_ms'])} → **{_ms(s1['full_read_ms'])}** | "
+            f"{_ms(sf['full_read_ms'])} | "
+            f"{_ms(s0['table_load_ms'])} → **{_ms(s1['table_load_ms'])}** | "
+            f"{s0['data_files_in_snapshot']} / {s0['data_files_on_disk']} → "
+            f"{s1['data_files_in_snapshot']} / {s1['data_files_on_disk']} | "
+            f"{s0['delta_log_files']} ({s0['delta_log_checkpoints']}) → "
+            f"{s1['delta_log_files']} ({s1['delta_log_checkpoints']}) | "
+            f"{_ms(r0['full_read_ms'])} → {_ms(r1['full_read_ms'])}, "
+            f"{r0['data_files_in_snapshot']} → {r1['data_files_in_snapshot']} |")
+    lines[0] = lines[0].replace("{w}", str(window))
+    lines[2] = lines[2].replace("{w}", str(window))
+    out = lines + reads
+    if missing:
+        out += [""] + missing
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
     with open(sys.argv[1] if len(sys.argv) > 1 else "docs/benchmarks/results.json") as f:
-        print(table(json.load(f)))
+        results = json.load(f)
+    parts = []
+    if "by_value_size" in results:
+        parts.append(table(results))
+    if "delta_long_run" in results:
+        parts.append(long_run_table(results["delta_long_run"]))
+    print("\n\n".join(parts))

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
 from connectors.testing import Broker, kafka_broker, local_spark
+from sources.consumer_pool import STATS_ENV
+
+# Before any Spark starts, so its Python workers inherit it: the source's consumer pool counts
+# created and reused consumers there (integration_tests/test_consumer_pool.py reads them).
+os.environ.setdefault(STATS_ENV, tempfile.mkdtemp(prefix="kafka-eos-pool-stats-"))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

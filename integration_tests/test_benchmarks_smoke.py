@@ -72,3 +72,64 @@ def test_benchmark_runs_on_tiny_inputs(tmp_path, broker):
     for key in ("full_range", "quarter_range", "quarter_batch_rows"):
         assert mem[key]["rows"] > 0 and mem[key]["peak_rss_mb"] > 0
     assert len(results["targets"]) == 12
+
+
+LONG_RUN_PROBE = ("table_load_ms", "full_read_ms", "transaction_version_ms",
+                  "orphan_sweep_referenced_files_ms")
+
+
+@pytest.mark.timeout(300)
+def test_delta_long_run_reports_every_configuration_and_keeps_the_other_sections(tmp_path):
+    """`--delta-long-run` at 20 batches: no broker, no Spark. Its section is merged into an
+    existing results.json; the row and file counts are those of the batches driven."""
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"by_value_size": {"100 B": {"kept": True}}}))
+    batches, rows = 20, 50
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--delta-long-run", "--batches", str(batches),
+         "--long-run-rows", str(rows), "--output-dir", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["by_value_size"] == {"100 B": {"kept": True}}
+    section = results["delta_long_run"]
+    assert section["batches"] == batches and section["rows_per_batch"] == rows
+    assert "--delta-long-run" in section["command"] and section["machine"]["cores"] >= 1
+    tasks = section["partitions"]
+    assert set(section["configs"]) == {
+        "compaction_off", "compact_every_100", "checkpoint_interval_10",
+        "compact_every_100_checkpoint_interval_10",
+        "compact_every_100_checkpoint_interval_10_no_log_cleanup",
+    }
+    for name, res in section["configs"].items():
+        sink = res["sink"]
+        assert sink["available"], (name, sink.get("error"))
+        raw = res["write_deltalake"]
+        assert sink["batches"] == batches and sink["rows"] == batches * rows
+        assert len(sink["commit_ms_per_batch"]) == len(raw["append_ms_per_batch"]) == batches
+        for stats in (sink["commit_ms"], sink["planning_ms"], raw["append_ms"]):
+            for key in ("first_10_p50", "last_10_p50", "ratio_last_vs_first", "same_phase_p50"):
+                assert math.isfinite(stats[key]) and stats[key] > 0, (name, key, stats)
+        compacting = "compactEvery" in sink["options"]
+        for key, n in (("after_batch_10", 10), (f"after_batch_{batches}", batches),
+                       ("fresh_table_after_batch_10", 10)):
+            s, r = sink[key], raw[key]
+            assert s["rows"] == r["rows"] == n * rows, (name, key)
+            assert r["version"] == n - 1 and r["data_files_in_snapshot"] == n  # appends only
+            assert s["delta_log_json_files"] == s["version"] + 1
+            assert all(s[k] > 0 for k in LONG_RUN_PROBE), (name, key, s)
+            assert s["spark_commit_files"] == n and 0 < s["eos_sink_log_batches"] <= 10
+            if compacting:  # OPTIMIZE commits: fewer files in the snapshot, none deleted
+                assert s["data_files_in_snapshot"] <= n * tasks <= s["data_files_on_disk"]
+            else:
+                assert s["version"] == n - 1
+                assert s["data_files_in_snapshot"] == s["data_files_on_disk"] == n * tasks
+                assert s["orphan_sweep_referenced_paths"] == n * tasks
+        for side in (sink["interleaved"], raw["interleaved"]):
+            assert len(side["fresh_table_per_batch"]) == 10 and side["ratio_last_vs_first"] > 0
+        for prop in sink["table_properties"].values():
+            assert prop["applied"], (name, prop)
+        assert res["growth"]["sink_commit_last_vs_first"] > 0
+    assert "| compaction off, default checkpoint interval |" in proc.stdout

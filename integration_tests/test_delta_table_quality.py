@@ -257,3 +257,71 @@ def test_the_orphan_sweep_takes_tombstones_from_the_log_checkpoint(tmp_path):
     assert tombstones <= on_disk
     assert {os.path.basename(u) for u in DeltaTable(str(tmp_path / "t")).file_uris()} <= on_disk
     assert sorted(DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("id").to_pylist()) == list(range(24))
+
+
+def test_the_table_kept_between_batches_sees_other_writers_and_a_table_made_anew(tmp_path):
+    """The driver keeps the table it loaded and brings it up to date between batches: it sees
+    another writer's commits, and a table deleted and created again under the running driver
+    is loaded afresh, never extended from a version that is gone."""
+    import shutil
+
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "t")
+    sink = _sink(tmp_path)
+    _batch(sink, 0, _rows(0, 2))
+    write_deltalake(path, pa.Table.from_batches([_rows(100, 1)]), mode="append")  # another writer
+    _batch(sink, 1, _rows(2, 2))
+    table = DeltaTable(path)
+    assert table.version() == 2 and table.transaction_version("quality") == 1
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 100]
+
+    shutil.rmtree(path)  # an operator drops the table and another job creates it again
+    write_deltalake(path, pa.Table.from_batches([_rows(200, 1)]), mode="append")
+    assert not sink.isCommitted(2)
+    _batch(sink, 2, _rows(4, 2))
+    table = DeltaTable(path)
+    assert table.version() == 1 and table.transaction_version("quality") == 2
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [4, 5, 200]
+
+
+def test_expired_log_files_are_cleaned_up_with_the_checkpoint_not_at_every_commit(tmp_path):
+    """delta-rs would list the whole log after every commit to look for expired files; the
+    sink leaves that to the commit that writes the log checkpoint, as delta-spark does."""
+    import time
+
+    sink = _sink(tmp_path, **{"delta.checkpointInterval": "3",
+                              "delta.logRetentionDuration": "interval 1 second"})
+    log_dir = tmp_path / "t" / "_delta_log"
+
+    def commits() -> list[int]:
+        return sorted(int(p.name[:20]) for p in log_dir.glob("*.json"))
+
+    for b in range(4):  # versions 0-3, a checkpoint at 2
+        _batch(sink, b, _rows(b, 1))
+    time.sleep(1.5)  # versions 0-3 expire
+    _batch(sink, 4, _rows(4, 1))  # version 4: no checkpoint, no clean-up
+    assert commits() == [0, 1, 2, 3, 4]
+    _batch(sink, 5, _rows(5, 1))  # version 5: checkpoint, and the expired commits go
+    assert (log_dir / f"{5:020d}.checkpoint.parquet").exists()
+    assert commits()[0] > 0
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.transaction_version("quality") == 5
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(6))
+
+
+def test_a_young_table_is_compacted_once_it_has_compact_every_commits(tmp_path):
+    """A driver that starts on a table finds its last compaction in the history; a table with
+    none yet counts from its first commit (not 'N commits ago')."""
+    from sinks import delta
+
+    sink = _sink(tmp_path, compactEvery="5")
+    for b in range(2):
+        _batch(sink, b, _rows(b, 1))
+    delta._LAST_COMPACTION.clear()  # a driver process starting on this table
+    sink._maybe_compact(DeltaTable(str(tmp_path / "t")))
+    assert "OPTIMIZE" not in [h["operation"] for h in DeltaTable(str(tmp_path / "t")).history()]
+    for b in range(2, 5):
+        _batch(sink, b, _rows(b, 1))
+    sink._maybe_compact(DeltaTable(str(tmp_path / "t")))
+    assert DeltaTable(str(tmp_path / "t")).history(limit=1)[0]["operation"] == "OPTIMIZE"

@@ -224,6 +224,7 @@ def test_what_spark_passes_itself_is_not_refused(spark, bootstrap, rounds, tmp_p
 def consumer_confs(monkeypatch):
     """The configuration of every librdkafka consumer the source creates from here on."""
     import connectors.kafka_client
+    import sources.consumer_pool
     import sources.range_reader
 
     seen: list[dict] = []
@@ -235,6 +236,7 @@ def consumer_confs(monkeypatch):
 
     monkeypatch.setattr(connectors.kafka_client, "Consumer", Recording)
     monkeypatch.setattr(sources.range_reader, "Consumer", Recording)
+    monkeypatch.setattr(sources.consumer_pool, "Consumer", Recording)  # the tasks' consumers
     return seen
 
 
@@ -254,7 +256,9 @@ def test_group_id_prefix_names_every_consumer(bootstrap, rounds, consumer_confs)
                                    "groupIdPrefix": "team-etl"})
     assert rows == len(written)
     ids = {c["group.id"] for c in consumer_confs}
-    assert len(consumer_confs) >= 3  # offset look-ups and one reader per partition
+    # offset look-ups, and the readers: one for both partitions' ranges, pooled (the read
+    # gets its own group id, so its own pooled consumer)
+    assert len(consumer_confs) >= 2
     assert len(ids) == 1, ids  # one id for the whole read
     assert re.fullmatch(r"team-etl-[0-9a-f-]{36}", ids.pop())
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Field, Schema, Transaction
+from deltalake import CommitProperties, DeltaTable, Field, PostCommitHookProperties, Schema, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamWriter
@@ -50,6 +50,8 @@ FORMAT_NAME = "delta-eos"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 #: In a batch job's commit info: the job's id, by which a retried commit finds it landed.
 JOB_METADATA_KEY = "kafka_eos.job"
+#: delta-rs's checkpoint interval when the table sets none (delta-spark's is 10).
+DELTA_RS_CHECKPOINT_INTERVAL = 100
 #: Longer string values than this may cost a write its footer min/max (pyarrow: 4 KiB).
 LONG_VALUE_BYTES = 4000
 #: In a compaction's commit info: the appId of the sink that compacted.
@@ -112,10 +114,34 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         return loc.fs, loc.path
 
     def _table(self) -> DeltaTable | None:
+        """The table as of now. Each process keeps the table it loaded and brings it up to
+        date with the commits since (`update_incremental`: a listing after the version it
+        holds), instead of loading it from its checkpoint at each step of each batch (open,
+        isCommitted, commit: three loads a batch, each reading a checkpoint that grows with
+        the table's files). A kept table is trusted only while the commit file of its version
+        is the one it read: a table deleted (or deleted and created again) under the query is
+        loaded afresh, never extended from a version that is gone."""
+        key = (self.options.path, self.options.app_id,
+               tuple(sorted(self.options.storage_options.items())))
+        kept = _TABLES.get(key)
+        if kept is not None:
+            table, mark = kept
+            fs, root = self._fs()
+            if mark is not None and _commit_mark(fs, root, table.version()) == mark:
+                try:
+                    table.update_incremental()
+                    _TABLES[key] = (table, _commit_mark(fs, root, table.version()))
+                    return table
+                except Exception as e:  # unreadable now: load it afresh
+                    log.info("%s: reloading the table (%s)", self.describe(), e)
+            _TABLES.pop(key, None)
         try:
-            return DeltaTable(self.options.path, storage_options=self.options.storage_options)
+            table = DeltaTable(self.options.path, storage_options=self.options.storage_options)
         except TableNotFoundError:
             return None
+        fs, root = self._fs()
+        _TABLES[key] = (table, _commit_mark(fs, root, table.version()))
+        return table
 
     def open(self) -> None:
         """At each batch's planning: the table, if it exists, must accept this stream."""
@@ -184,7 +210,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         last = _LAST_COMPACTION.get(self.options.path)
         if last is None:  # once per driver process: the last compaction in the table's history
             last = next((h["version"] for h in table.history(limit=n)
-                         if h.get("operation") == "OPTIMIZE"), table.version() - n)
+                         if h.get("operation") == "OPTIMIZE"), max(table.version() - n, -1))
         if table.version() - last < n:
             _LAST_COMPACTION[self.options.path] = last
             return
@@ -452,6 +478,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         table = self._table()
         if job and not adds and table is not None:
             return  # an empty batch job: nothing to add (a missing table is still created)
+        hooks = _post_commit_hooks(table)
         if table is None:
             create_table_with_add_actions(
                 self.options.path,
@@ -462,6 +489,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 configuration=self.options.table_properties or None,
                 storage_options=self.options.storage_options or None,
                 commit_properties=props,
+                post_commithook_properties=hooks,
             )
         else:
             self._add_new_columns(table)
@@ -471,6 +499,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 schema=table.schema(),
                 partition_by=list(self.options.partition_by) or None,
                 commit_properties=props,
+                post_commithook_properties=hooks,
             )
 
     def _add_new_columns(self, table: DeltaTable) -> None:
@@ -492,6 +521,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 _delete(fs, f"{root}/{a['file']}")
 
 
+#: The table each process loaded, per location, appId and storage options, with the mark of
+#: the commit file of its version (DeltaSink._table).
+_TABLES: dict[tuple, tuple[DeltaTable, tuple | None]] = {}
 #: When this worker process last cleaned up each table (see cleanupAbandoned).
 _LAST_CLEANUP: dict[str, float] = {}
 #: The table version of each table's last compaction this driver knows of (_maybe_compact).
@@ -525,6 +557,29 @@ def _data_files(fs: pafs.FileSystem, root: str) -> Iterator[pafs.FileInfo]:
             for inner in fs.get_file_info(pafs.FileSelector(info.path, recursive=True)):
                 if inner.type == pafs.FileType.File:
                     yield inner
+
+
+def _post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
+    """delta-rs lists the whole Delta log after every commit to clean up expired log files
+    (none expire for delta.logRetentionDuration, 30 days: at a 1 s trigger, a listing of
+    millions of files per commit). As delta-spark does, the clean-up runs with the log
+    checkpoint only (its commit is the one that reaches delta.checkpointInterval), and the
+    table's delta.enableExpiredLogCleanup still decides whether it runs at all."""
+    if table is None:
+        return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+    interval = int(table.metadata().configuration.get("delta.checkpointInterval")
+                   or DELTA_RS_CHECKPOINT_INTERVAL)
+    checkpointing = (table.version() + 2) % interval == 0  # the next version's checkpoint
+    return PostCommitHookProperties(create_checkpoint=True,
+                                    cleanup_expired_logs=None if checkpointing else False)
+
+
+def _commit_mark(fs: pafs.FileSystem, root: str, version: int) -> tuple | None:
+    """What identifies one commit file (size and modification time): None if it is gone."""
+    info = fs.get_file_info(f"{root}/_delta_log/{version:020d}.json")
+    if info.type == pafs.FileType.NotFound:
+        return None
+    return (info.size, info.mtime_ns)
 
 
 def _mtime_ms(info: pafs.FileInfo, default: float) -> float:

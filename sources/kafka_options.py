@@ -34,6 +34,8 @@ KNOWN_OPTIONS = (
     "endingOffsets",
     "failOnDataLoss",
     "kafkaConsumer.pollTimeoutMs",
+    "kafkaConsumer.cache.capacity",  # Spark: spark.kafka.consumer.cache.capacity
+    "kafkaConsumer.cache.timeout",  # Spark: spark.kafka.consumer.cache.timeout
     "fetchOffset.numRetries",
     "fetchOffset.retryIntervalMs",
     "maxOffsetsPerTrigger",
@@ -127,6 +129,10 @@ class KafkaSourceOptions:
     fetch_attempts: int
     arrow_batch_rows: int
     fetch_retry_interval_ms: int = 10
+    #: Idle consumers a Python worker keeps for later tasks (0: none), and how long an idle one
+    #: is kept (sources/consumer_pool.py).
+    consumer_cache_capacity: int = 64
+    consumer_cache_timeout_ms: int = 5 * 60_000
     #: The options that decided `starting` and `ending` (Spark's precedence), for messages.
     starting_option: str = "startingOffsets"
     ending_option: str = "endingOffsets"
@@ -302,6 +308,15 @@ def _group_id(opts: Options, *, batch: bool | None) -> str:
     return f"{prefix.strip()}-{uuid.uuid4()}"
 
 
+def _cache_timeout_ms(opts: Options) -> int:
+    name = "kafkaConsumer.cache.timeout"
+    value = opts.get_duration_ms(name, 5 * 60_000)
+    if value <= 0:
+        raise OptionError(name, "must be a positive duration such as '5m' or '30s' (set "
+                          "kafkaConsumer.cache.capacity=0 to keep no idle consumers)")
+    return value
+
+
 def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSourceOptions:
     """Validate everything that can be checked without a broker.
 
@@ -344,6 +359,8 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
         fetch_attempts=opts.get_int("fetchOffset.numRetries", 3, minimum=0) + 1,
         arrow_batch_rows=opts.get_int("arrowBatchRows", 20_000, minimum=1),
         fetch_retry_interval_ms=opts.get_int("fetchOffset.retryIntervalMs", 10, minimum=0),
+        consumer_cache_capacity=opts.get_int("kafkaConsumer.cache.capacity", 64, minimum=0),
+        consumer_cache_timeout_ms=_cache_timeout_ms(opts),
         starting_option=_chosen(opts, STARTING_OPTIONS, warn=False) or "startingOffsets",
         ending_option=_chosen(opts, ENDING_OPTIONS, warn=False) or "endingOffsets",
     )

@@ -7,6 +7,7 @@ those offsets. Nothing is committed to Kafka consumer groups.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from pyspark.sql.types import StructType
 from connectors.options import OptionError
 from sources import offsets as off
 from sources.kafka_options import KafkaSourceOptions, parse_source_options
-from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, read_range
+from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, DataLossError, read_range
 from sources.resolver import OffsetResolver, report_data_loss
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,8 @@ def _read(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa
         batch_rows=options.arrow_batch_rows,
         poll_timeout_ms=options.poll_timeout_ms,
         fail_on_data_loss=options.fail_on_data_loss,
+        cache_capacity=options.consumer_cache_capacity,
+        cache_timeout_ms=options.consumer_cache_timeout_ms,
     )
 
 
@@ -103,7 +106,12 @@ def _plan(options: KafkaSourceOptions, start: off.PartitionOffsets,
 
 
 class _UsesBroker:
-    """Lazily opened metadata client: readers are pickled to tasks, a client cannot be."""
+    """Lazily opened metadata client: readers are pickled to tasks, a client cannot be.
+
+    One per reader: the stream reader lives in one Python process for the whole query, so its
+    client (one librdkafka consumer, one connection and handshake) serves every batch's
+    look-ups, and is closed on stop(). A look-up that failed drops it (a client in doubt is not
+    used again): the next look-up opens a new one."""
 
     options: KafkaSourceOptions
     _resolver: OffsetResolver | None = None
@@ -121,8 +129,21 @@ class _UsesBroker:
 
     def _close(self) -> None:
         if self._resolver is not None:
-            self._resolver.close()
-            self._resolver = None
+            resolver, self._resolver = self._resolver, None
+            resolver.close()
+
+    @contextlib.contextmanager
+    def _dropping_client_on_error(self) -> Iterator[None]:
+        try:
+            yield
+        except (OptionError, DataLossError):
+            raise  # answers, not failures of the client
+        except Exception:
+            try:
+                self._close()
+            except Exception as e:
+                log.info("kafka-eos: closing the metadata client after an error failed: %s", e)
+            raise
 
 
 class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -132,14 +153,23 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         self._last_batch_at = time.monotonic()
         self._target: off.PartitionOffsets | None = None  # Trigger.AvailableNow's end
         self._latest: off.PartitionOffsets | None = None
+        self._initial: dict | None = None
 
     def initialOffset(self) -> dict:
         # Only a fresh query calls this: a topic or partition that does not exist is a bad
         # option here, while on a restart it is data loss (handled in latestOffset).
-        tps = self.resolver.partitions(strict=True)
-        start = self.resolver.resolve(self.options.starting, tps, self.options.starting_option)
-        log.info("kafka-eos: query starts at %s", off.to_json(start))
-        return off.to_json(start)
+        # Resolved once: Spark asks again when it runs the first batch (its start is not in the
+        # offset log), and "latest" asked again under a live producer is a later offset than
+        # the one the first batch's end was computed from: the batch would start after its end
+        # (seen: "the offsets of t-0 went back from 8311 to 8261" at every start).
+        if self._initial is None:
+            with self._dropping_client_on_error():
+                tps = self.resolver.partitions(strict=True)
+                start = self.resolver.resolve(self.options.starting, tps,
+                                              self.options.starting_option)
+            log.info("kafka-eos: query starts at %s", off.to_json(start))
+            self._initial = off.to_json(start)
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
@@ -149,13 +179,15 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        tps = self.resolver.partitions(strict=False)
-        self._target = self.resolver.latest(tps)
+        with self._dropping_client_on_error():
+            tps = self.resolver.partitions(strict=False)
+            self._target = self.resolver.latest(tps)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = off.from_json(start)
-        latest = self._settled_latest(begin)
-        begin = self._reconcile(begin, latest)
+        with self._dropping_client_on_error():
+            latest = self._settled_latest(begin)
+            begin = self._reconcile(begin, latest)
         self._latest = latest
         if isinstance(limit, ReadAllAvailable):
             end = {tp: max(latest[tp], begin[tp]) for tp in latest}

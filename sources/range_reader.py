@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from connectors.kafka_client import consumer_conf
+from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
 from sources.offsets import OffsetRange
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,28 @@ SPARK_SCHEMA_DDL = (
     "timestamp timestamp, timestampType int"
 )
 HEADERS_DDL = ", headers array<struct<key:string,value:binary>>"
+
+#: librdkafka settings of the source's consumers unless the user's `kafka.*` options say
+#: otherwise. A range ends at offsets that exist, so a fetch waits at the end of the log only at
+#: its tail, and a pooled consumer's next assignment waits for the fetch still outstanding at its
+#: broker (librdkafka keeps one in flight per broker): both cost up to `fetch.wait.max.ms`
+#: (librdkafka's default 500), now 10 ms. A fetch that finds data returns at once either way,
+#: so large ranges read as fast as before.
+FETCH_DEFAULTS = {
+    "fetch.wait.max.ms": "10",
+}
+
+#: consume() waits this long at first when the queue is empty, doubling while it stays empty up
+#: to EMPTY_WAIT_MAX_S; after each empty wait the consumer's position says whether the range is
+#: done (its tail was transaction markers or aborted records), so that costs milliseconds.
+EMPTY_WAIT_FIRST_S = 0.005
+EMPTY_WAIT_MAX_S = 0.5
+
+
+def source_consumer_settings(kafka_conf: Mapping[str, str]) -> dict[str, str]:
+    """The settings a task's consumer is created with (and pooled by)."""
+    return {**FETCH_DEFAULTS, **kafka_conf}
+
 
 class DataLossError(RuntimeError):
     """Offsets the query needs are gone (retention, deleted or recreated topic)."""
@@ -118,14 +140,42 @@ def read_range(
     batch_rows: int = 20_000,
     poll_timeout_ms: int = 120_000,
     fail_on_data_loss: bool = True,
+    cache_capacity: int = DEFAULT_CAPACITY,
+    cache_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    pool: ConsumerPool | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of `r` in offset order, exactly once each."""
+    """Yield the records of `r` in offset order, exactly once each.
+
+    The consumer comes from the process's pool (sources/consumer_pool.py) and goes back to it
+    only when the whole range was read; after anything else (an error, data loss, the reader
+    stopped early) it is closed."""
     if r.size == 0:
         return
-    consumer = Consumer(consumer_conf(kafka_conf))
-    consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
+    pool = POOL if pool is None else pool
+    conf = source_consumer_settings(kafka_conf)
+    tp = (r.topic, r.partition)
+    consumer = pool.take(conf, tp)
+    completed = False
+    try:
+        consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
+        yield from _read_assigned(consumer, r, include_headers, batch_rows, poll_timeout_ms,
+                                  fail_on_data_loss)
+        completed = True
+    finally:
+        if completed:
+            pool.give_back(consumer, conf, tp=tp, capacity=cache_capacity,
+                           timeout_ms=cache_timeout_ms)
+        else:
+            pool.discard(consumer)
+
+
+def _read_assigned(
+    consumer, r: OffsetRange, include_headers: bool, batch_rows: int, poll_timeout_ms: int,
+    fail_on_data_loss: bool,
+) -> Iterator[pa.RecordBatch]:
     next_offset = r.from_offset
     idle_since = time.monotonic()
+    wait_s = EMPTY_WAIT_FIRST_S
     pending = _Columns(include_headers)  # the batch being built
     # The cyclic garbage collector is paused while a batch is built, and runs as before while
     # the batch is handed on: each consume() allocates thousands of GC-tracked Messages,
@@ -135,7 +185,10 @@ def read_range(
     try:
         gc.disable()
         while next_offset < r.until_offset:
-            msgs = consumer.consume(num_messages=min(batch_rows, 10_000), timeout=0.5)
+            # consume() returns when it has num_messages or the timeout expired: never ask for
+            # more than the range still holds, or a short range waits out the timeout.
+            want = min(batch_rows, 10_000, r.until_offset - next_offset)
+            msgs = consumer.consume(num_messages=want, timeout=wait_s)
             if not msgs:
                 position = consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
                 if position >= r.until_offset:
@@ -146,8 +199,10 @@ def read_range(
                         f"{next_offset} within kafkaConsumer.pollTimeoutMs={poll_timeout_ms} "
                         f"(range ends at {r.until_offset}); is the broker reachable?"
                     )
+                wait_s = min(wait_s * 2, EMPTY_WAIT_MAX_S)
                 continue
             idle_since = time.monotonic()
+            wait_s = EMPTY_WAIT_FIRST_S
             if any(map(_ERROR, msgs)):  # KafkaError is truthy, None is not
                 next_offset = _take_slowly(consumer, r, msgs, next_offset, fail_on_data_loss,
                                            pending)
@@ -180,7 +235,6 @@ def read_range(
     finally:
         if gc_was_enabled:
             gc.enable()
-        consumer.close()
 
 
 def _take_slowly(consumer, r: OffsetRange, msgs: list, next_offset: int, fail: bool,

@@ -311,3 +311,58 @@ def test_batch_read_with_nothing_to_read_yields_nothing():
     meta = FakeMetadata([{P0: 30}], by_time={(P0, 1000): 0})
     assert _batch_plan(opts, meta) == []
     assert list(KafkaBatchReader(opts).read(InputPartition(None))) == []
+
+
+# --------------------------------------------------------------------------- driver's client
+
+
+def test_one_metadata_client_serves_every_batch_and_a_failed_one_is_replaced(monkeypatch):
+    """The stream reader opens its client once and keeps it across latestOffset() calls; a
+    look-up that failed closes it, and the next call opens a new one. stop() closes it."""
+    import sources.kafka_source as ks
+
+    made: list = []
+
+    class Counting(ScriptedResolver):
+        def __init__(self, options):
+            super().__init__(options, [{P0: 10}])
+            self.closed = False
+            self.fail_next = False
+            made.append(self)
+
+        def close(self):
+            self.closed = True
+
+        def latest(self, tps):
+            if self.fail_next:
+                raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+            return super().latest(tps)
+
+    monkeypatch.setattr(ks, "OffsetResolver", Counting)
+    reader = KafkaStreamReader(_options(**{"fetchOffset.numRetries": "0"}))
+    for _ in range(3):
+        reader.latestOffset({"lat": {"0": 0}}, ReadAllAvailable())
+    assert len(made) == 1 and not made[0].closed
+    made[0].fail_next = True
+    with pytest.raises(KafkaException):
+        reader.latestOffset({"lat": {"0": 0}}, ReadAllAvailable())
+    assert made[0].closed and reader._resolver is None
+    reader.latestOffset({"lat": {"0": 0}}, ReadAllAvailable())
+    assert len(made) == 2
+    reader.stop()
+    assert made[1].closed
+
+
+def test_initial_offset_is_resolved_once():
+    """Spark asks for the initial offset again when it runs the first batch; a second look-up
+    of `latest` under a live producer would start that batch after its end."""
+    class Moving(ScriptedResolver):
+        def resolve(self, spec, tps, option):
+            return self.latest(tps)
+
+    resolver = Moving(_options(), [{P0: 100}, {P0: 150}])
+    reader = _reader(_options(), resolver)
+    first = reader.initialOffset()
+    end = reader.latestOffset(first, ReadAllAvailable())
+    assert reader.initialOffset() == first == {"lat": {"0": 100}}
+    assert reader.partitions(reader.initialOffset(), end)  # no "went back"
