@@ -40,14 +40,19 @@ def last_spark_batch(checkpoint: str) -> int:
 
 def assert_exactly_once(path: str, expected) -> None:
     """`expected`: the input Records; each must be in the table once, by partition and offset."""
-    got = table_records(path)
+    assert_records_once(table_records(path), expected)
+
+
+def assert_records_once(got: list[tuple], expected, context: str = "") -> None:
+    """`got`: (partition, offset, key, value) rows read from a table; `expected`: the input
+    Records. No row twice, none missing; `context` (e.g. a log tail) ends each message."""
     counts = collections.Counter((p, o) for p, o, _, _ in got)
     dupes = [k for k, n in counts.items() if n > 1]
-    assert not dupes, f"{len(dupes)} records written more than once, e.g. {dupes[:5]}"
+    assert not dupes, f"{len(dupes)} records written more than once, e.g. {dupes[:5]}\n{context}"
     want = sorted((r.partition, r.offset, r.key.decode(), r.value.decode()) for r in expected)
     missing = sorted(set(want) - set(got))
-    assert not missing, f"{len(missing)} records missing, e.g. {missing[:5]}"
-    assert got == want
+    assert not missing, f"{len(missing)} records missing, e.g. {missing[:5]}\n{context}"
+    assert sorted(got) == want
 
 
 def orphan_files(path: str) -> list[str]:

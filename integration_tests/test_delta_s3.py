@@ -12,7 +12,6 @@ The table is read back with deltalake and polars through the same storage option
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 
@@ -23,7 +22,7 @@ from deltalake import DeltaTable
 
 from connectors.paths import resolve
 from connectors.testing.s3 import s3_server, without_aws_env
-from integration_tests.delta_oracle import last_spark_batch
+from integration_tests.delta_oracle import assert_records_once, last_spark_batch
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import log_tail, run_kill_sequence
 
@@ -90,13 +89,7 @@ def _verify(s3, uri: str, checkpoint: str, log_path: str, expected) -> None:
     table = DeltaTable(uri, storage_options=opts)
     t = table.to_pyarrow_table(columns=["partition", "offset", "key", "value"])
     got = list(zip(*(t.column(c).to_pylist() for c in ["partition", "offset", "key", "value"])))
-    counts = collections.Counter((p, o) for p, o, _, _ in got)
-    dupes = [k for k, n in counts.items() if n > 1]
-    assert not dupes, f"{len(dupes)} records written more than once, e.g. {dupes[:5]}\n{log_tail(log_path)}"
-    want = sorted((r.partition, r.offset, r.key.decode(), r.value.decode()) for r in expected)
-    missing = sorted(set(want) - set(got))
-    assert not missing, f"{len(missing)} records missing, e.g. {missing[:5]}\n{log_tail(log_path)}"
-    assert sorted(got) == want
+    assert_records_once(got, expected, log_tail(log_path))
 
     versions = _txn_versions(uri, opts)
     assert len(versions) == 1, f"one app id expected in the table's txn actions: {versions}"
