@@ -167,6 +167,24 @@ def test_settling_reads_from_the_batch_start_or_the_log_start(bootstrap, out, tm
     assert transaction_outcome(bootstrap, txn, {(topic, partition): None}) == "committed"
 
 
+def test_settling_and_the_oracle_read_past_a_megabyte_of_records(bootstrap, out, tmp_path):
+    """The Fetch answers that settle a commit in doubt (and the oracle's) may hold up to 8 MiB:
+    kafka-python's default frame limit (1 MB) refused them ("Invalid frame length") as soon
+    as a partition held more than a megabyte, e.g. settling from the log start."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+    for i in range(3000):
+        producer.produce(out, value=b"x" * 1000, key=str(i).encode(), partition=0)
+    producer.flush(30)
+    sink = make_sink(bootstrap, out, tmp_path / "ck")
+    sink.open()
+    handle = prepare(sink, 0, 0, 0, "mine")
+    txn = PreparedTxn(handle["transactional_id"], handle["producer_id"], handle["producer_epoch"])
+    assert transaction_outcome(bootstrap, txn, {(out, 0): None}) == "open"
+    end_transaction(bootstrap, txn, commit=True)
+    assert transaction_outcome(bootstrap, txn, {(out, 0): None}) == "committed"
+    assert len(read_partition(bootstrap, out, 0).committed) == 3000 + 5  # and the 5 of "mine"
+
+
 # -- item 6: definite errors -------------------------------------------------------------------
 
 

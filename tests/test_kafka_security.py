@@ -657,7 +657,9 @@ def test_translated_settings_are_accepted_by_librdkafka(pki):
 def test_plaintext_config():
     config = kafka_python_config({"bootstrap.servers": "b:9092"})
     assert config == {"bootstrap_servers": "b:9092", "security_protocol": "PLAINTEXT",
-                      "client_id": "kafka-eos-driver"}
+                      "client_id": "kafka-eos-driver",
+                      # Fetch answers of up to 8 MiB (settling a commit in doubt)
+                      "receive_message_max_bytes": 64 << 20}
     assert kafka_python_config({"bootstrap.servers": "b", "client.id": "me"})["client_id"] == "me"
 
 
