@@ -16,7 +16,11 @@ For each value size (100 B and 1 KB by default) it measures:
   * the delta-eos sink, exactly-once, against one write_deltalake of the same Arrow data;
   * exactly-once against at-least-once for both sinks at a 1-second trigger, and the commit
     phase's latency per batch (median, p95);
-and once, the peak memory of a Python worker reading 1 million 1-KB records.
+and once, the peak memory of a Python worker reading 1 million 1-KB records; and
+benchmarks/latency.py (`--only latency` on its own, merged into DIR/results.json like the long
+run; about 4 minutes): per-batch p50/p90 of five pipelines side by side in one Spark session at
+200 records/s and a 1 s trigger, their ratio to Spark's floor (rate -> noop) and the end-to-end
+latency (produce to visibility) of the two exactly-once pipelines; its chart is DIR/latency.png.
 `--delta-long-run` (or `--only delta-long-run`, on its own or with the others) measures
 benchmarks/delta_long_run.py: the delta-eos commit time and a full read after batch 10 and after
 batch 1,000, against write_deltalake appends in the same run. It is not part of the default run
@@ -74,8 +78,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="the source's arrowBatchRows for the memory figure (default 20000)")
     ap.add_argument("--repeats", type=int, default=2,
                     help="measured runs of each side, alternating; the best of each is kept")
-    ap.add_argument("--only", default="source,kafka,delta,memory",
-                    help="comma-separated subset of source,kafka,delta,memory,delta-long-run")
+    ap.add_argument("--only", default="source,kafka,delta,memory,latency",
+                    help="comma-separated subset of source,kafka,delta,memory,latency,"
+                         "delta-long-run; latency and delta-long-run alone are merged into an "
+                         "existing results.json, the rest kept")
+    ap.add_argument("--latency-batches", type=int, default=30,
+                    help="measured micro-batches per pipeline of the latency section (default 30)")
+    ap.add_argument("--latency-warmup", type=int, default=3,
+                    help="micro-batches per pipeline before those measured (default 3)")
+    ap.add_argument("--latency-rate", type=int, default=200,
+                    help="records/s the latency section's producer writes (default 200)")
+    ap.add_argument("--latency-pipelines", default=None,
+                    help="comma-separated subset of the latency section's pipelines (default all)")
+    ap.add_argument("--latency-source-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra kafka-eos source option for the latency section (repeatable)")
     ap.add_argument("--delta-long-run", action="store_true",
                     help="only the delta-eos long run (same as --only delta-long-run); its "
                          "figures are merged into an existing results.json, the rest kept")
@@ -104,6 +120,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.arrow_batch_rows = 1_000
         args.batches = min(args.batches, 20)
         args.long_run_rows = min(args.long_run_rows, 100)
+        args.latency_batches = min(args.latency_batches, 3)
+        args.latency_warmup = min(args.latency_warmup, 1)
     return args
 
 
@@ -198,18 +216,106 @@ def _long_run(args: argparse.Namespace, work: str, module, started: float) -> di
                           partitions=args.partitions, log=log)
 
 
+def _latency(args: argparse.Namespace, spark, bootstrap: str, work: str, log) -> dict:
+    from benchmarks import latency
+    from benchmarks.common import load_average
+
+    n = len(args.latency_pipelines.split(",")) if args.latency_pipelines else len(latency.PIPELINES)
+    log(f"latency: {n} pipelines, {args.latency_warmup} + "
+        f"{args.latency_batches} batches each, {args.latency_rate} records/s")
+    section = {"load_average": {"start": load_average()}}
+    started = time.time()
+    section.update(latency.measure(
+        spark, bootstrap, work, batches=args.latency_batches, warmup=args.latency_warmup,
+        rate=args.latency_rate, partitions=args.partitions,
+        pipelines=args.latency_pipelines.split(",") if args.latency_pipelines else None,
+        source_options=dict(o.split("=", 1) for o in args.latency_source_option), log=log))
+    section["load_average"]["end"] = load_average()
+    section["duration_s"] = round(time.time() - started)
+    return section
+
+
+def _latency_targets(results: dict) -> None:
+    """The latency verdicts, and beside them the Kafka sink's exactly-once vs at-least-once
+    figure at a 1 s trigger from the throughput section of the same results.json."""
+    section = results.get("latency")
+    if not section:
+        return
+    from benchmarks.latency import evaluate
+
+    targets = evaluate(section["pipelines"])
+    for name, t in results.get("targets", {}).items():
+        if name.startswith("kafka_sink_exactly_once_vs_at_least_once"):
+            targets[name] = dict(t, measured_in="by_value_size")
+    section["targets"] = targets
+
+
+def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str]) -> int:
+    """The latency section alone (and the long run if asked): merged into an existing
+    results.json, whose other sections are kept."""
+    from benchmarks.chart import draw_latency
+    from benchmarks.common import machine, metrics_file
+    from benchmarks.report import latency_table
+
+    metrics_file()
+    from connectors.testing import kafka_broker, local_spark
+
+    os.makedirs(args.output_dir, exist_ok=True)
+    json_path = os.path.join(args.output_dir, "results.json")
+    results: dict = {}
+    if os.path.exists(json_path):
+        with open(json_path) as f:
+            results = json.load(f)
+    started = time.time()
+
+    def log(msg: str) -> None:
+        print(f"[{time.time() - started:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+    work = tempfile.mkdtemp(prefix="latency-")
+    try:
+        with kafka_broker() as broker:
+            spark = local_spark("kafka-eos-benchmarks")
+            try:
+                section = {
+                    "command": "python -m benchmarks " + " ".join(
+                        sys.argv[1:] if argv is None else argv),
+                    "machine": machine(),
+                    "code": _code_version(),
+                    "broker": broker.kind,
+                }
+                section.update(_latency(args, spark, broker.bootstrap_servers, work, log))
+            finally:
+                spark.stop()
+        results["latency"] = section
+        if "delta-long-run" in only:
+            from benchmarks import delta_long_run
+
+            results["delta_long_run"] = _long_run(args, work, delta_long_run, started)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _latency_targets(results)
+    write_json(results, json_path)
+    draw_latency(results["latency"], os.path.join(args.output_dir, "latency.png"))
+    print(latency_table(results["latency"]))
+    print(f"wrote {json_path} and latency.png in {round(time.time() - started)} s",
+          file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     only = set(args.only.split(","))
     if only == {"delta-long-run"}:
         return long_run_only(args, argv)
+    if "latency" in only and only <= {"latency", "delta-long-run"}:
+        return latency_only(args, argv, only)
     sizes = [int(s) for s in args.value_sizes.split(",")]
 
     from benchmarks.common import load_average, machine, metrics_file, write_parquet_input
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable
     from benchmarks import delta_sink, kafka_sink, memory, noop_sink, source
-    from benchmarks.chart import draw
+    from benchmarks.chart import draw, draw_latency
     from connectors.testing import kafka_broker, local_spark
 
     os.makedirs(args.output_dir, exist_ok=True)
@@ -263,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
                         log(f"  {res['delta_sink']}")
                     results["by_value_size"][label] = res
                     results["load_average"][f"after {label}"] = load_average()
+                if "latency" in only:
+                    results["latency"] = {"command": results["command"], "broker": broker.kind,
+                                          "machine": results["machine"],
+                                          **_latency(args, spark, bs, work, log)}
+                    results["load_average"]["after latency"] = load_average()
             finally:
                 spark.stop()
             if "memory" in only:
@@ -282,16 +393,22 @@ def main(argv: list[str] | None = None) -> int:
     results["duration_s"] = round(time.time() - started)
     results["targets"] = evaluate(results["by_value_size"])
     json_path = os.path.join(args.output_dir, "results.json")
-    if "delta_long_run" not in results and os.path.exists(json_path):
-        with open(json_path) as f:  # measured by its own command: kept
-            previous = json.load(f).get("delta_long_run")
-        if previous is not None:
-            results["delta_long_run"] = previous
+    if os.path.exists(json_path):
+        with open(json_path) as f:  # sections measured by their own command: kept
+            previous = json.load(f)
+        for key in ("delta_long_run", "latency"):
+            if key not in results and key in previous:
+                results[key] = previous[key]
+    _latency_targets(results)
     write_json(results, json_path)
     chart_path = os.path.join(args.output_dir, "chart.png")
     if only >= {"source", "kafka", "delta", "memory"}:
         draw(results, chart_path)
+    if "latency" in results:
+        draw_latency(results["latency"], os.path.join(args.output_dir, "latency.png"))
     print(json.dumps(results["targets"], indent=2))
+    if "latency" in results:
+        print(json.dumps(results["latency"]["targets"], indent=2))
     print(f"wrote {json_path} and {chart_path} in {results['duration_s']} s", file=sys.stderr)
     return 0
 

@@ -102,3 +102,58 @@ def draw(results: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def draw_latency(section: dict, path: str) -> None:
+    """The latency section: per-batch p50/p90 against the floor and the targets; end to end."""
+    from benchmarks.latency import PIPELINES, TARGETS
+
+    pipes = {n: r for n, r in section["pipelines"].items() if "error" not in r}
+    names = list(pipes)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [3, 1.4]})
+    xs = range(len(names))
+    p50 = [pipes[n]["trigger_execution_ms_p50"] for n in names]
+    p90 = [pipes[n]["trigger_execution_ms_p90"] for n in names]
+    ax1.bar([x - 0.2 for x in xs], p50, 0.4, label="p50", color="#4C72B0")
+    ax1.bar([x + 0.2 for x in xs], p90, 0.4, label="p90", color="#8172B3")
+    for x, n, v in zip(xs, names, p50):
+        vs = pipes[n].get("p50_vs_floor")
+        ax1.text(x - 0.2, v, f"{v:.0f}" + (f"\n{vs:.2f}x" if vs else ""), ha="center",
+                 va="bottom", fontsize=8)
+    floor = section.get("floor_p50_ms")
+    first = True
+    for pipeline, most in TARGETS.values():
+        if floor and pipeline in names:
+            j = names.index(pipeline)
+            ax1.hlines(floor * most, j - 0.45, j + 0.45, colors="crimson", linestyles="--",
+                       linewidth=1.5, label="target (x floor p50)" if first else None)
+            first = False
+    ax1.set_xticks(list(xs), [PIPELINES.get(n, n).replace(" -> ", " ->\n") for n in names],
+                   fontsize=8)
+    ax1.set_ylabel("triggerExecution per batch (ms)")
+    ax1.set_title(f"Per-batch latency, {section['rate_records_per_s']} records/s, "
+                  f"{section['trigger_s']:g} s trigger, one session")
+    ax1.legend(fontsize=8)
+
+    e2e = [n for n in names if "end_to_end" in pipes[n]]
+    ex = range(len(e2e))
+    ax2.bar([x - 0.2 for x in ex], [pipes[n]["end_to_end"]["p50_ms"] for n in e2e], 0.4,
+            label="p50", color="#55A868")
+    ax2.bar([x + 0.2 for x in ex], [pipes[n]["end_to_end"]["p99_ms"] for n in e2e], 0.4,
+            label="p99", color="#C44E52")
+    for x, n in zip(ex, e2e):
+        e = pipes[n]["end_to_end"]
+        ax2.text(x - 0.2, e["p50_ms"], f"{e['p50_ms']:.0f}", ha="center", va="bottom", fontsize=8)
+        ax2.text(x + 0.2, e["p99_ms"], f"{e['p99_ms']:.0f}", ha="center", va="bottom", fontsize=8)
+    ax2.set_xticks(list(ex), [PIPELINES.get(n, n).split(",")[0].replace(" -> ", " ->\n")
+                              for n in e2e], fontsize=8)
+    ax2.set_ylabel("produce -> visible (ms)")
+    ax2.set_title("End to end (Delta commit / read_committed)")
+    ax2.legend(fontsize=8)
+    mach = section.get("machine", {})
+    load = section.get("load_average", {})
+    fig.suptitle(f"kafka-eos / delta-eos latency: {mach.get('cores', '?')} cores, "
+                 f"load {load.get('start')} -> {load.get('end')}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

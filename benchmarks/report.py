@@ -3,7 +3,8 @@
     python -m benchmarks.report benchmark-results/results.json
 
 `table` is the throughput run's; `long_run_table` the delta-eos long run's
-(benchmarks/delta_long_run.py, `python -m benchmarks --delta-long-run`).
+(benchmarks/delta_long_run.py, `python -m benchmarks --delta-long-run`); `latency_table` the
+latency section's (benchmarks/latency.py, `python -m benchmarks --only latency`).
 """
 
 from __future__ import annotations
@@ -176,6 +177,48 @@ def long_run_table(section: dict) -> str:
     return "\n".join(out)
 
 
+def latency_table(section: dict) -> str:
+    """The latency section (benchmarks/latency.py): per-batch p50/p90 of each pipeline, its
+    ratio to the floor, the end-to-end latency of the exactly-once pipelines, the verdicts."""
+    from benchmarks.latency import PIPELINES, TARGETS
+
+    limits = {pipeline: most for pipeline, most in TARGETS.values()}
+    lines = [
+        f"| pipeline (`local[2]`, {section['trigger_s']:g} s trigger, "
+        f"{section['rate_records_per_s']} records/s into {section['partitions']} partitions, "
+        f"{section['measured_batches']} batches) | per batch p50 / p90 | p50 vs floor | "
+        "end to end p50 / p99 | target |",
+        "|---|---|---|---|---|",
+    ]
+    for name, res in section["pipelines"].items():
+        label = PIPELINES.get(name, name)
+        if "error" in res:
+            err = res["error"].splitlines()
+            why = next((x for x in err if "Error:" in x and "PYTHON_EXCEPTION" not in x), err[0])
+            tries = len(res.get("failed_attempts", [])) or 1
+            lines.append(f"| {label} | **failed** ({tries} attempts): {why.strip()[:300]} "
+                         "| | | |")
+            continue
+        e = res.get("end_to_end")
+        e2e = (f"**{_ms(e['p50_ms'])}** / {_ms(e['p99_ms'])} ms"
+               + (f" ({e['missing']} missing)" if e["missing"] else "")) if e else ""
+        target = ""
+        if name in limits:
+            met = res["p50_vs_floor"] <= limits[name]
+            target = f"≤ {limits[name]:g}x: {'met' if met else 'missed'}"
+        vs = f"{res['p50_vs_floor']:.2f}x" if "p50_vs_floor" in res else "1 (floor)"
+        lines.append(f"| {label} | **{res['trigger_execution_ms_p50']:.0f}** / "
+                     f"{res['trigger_execution_ms_p90']:.0f} ms | {vs} | {e2e} | {target} |")
+    extra = [f"`{k}`: {v['value']} (target {v['target']}: {'met' if v['met'] else 'missed'})"
+             for k, v in section.get("targets", {}).items() if k not in TARGETS]
+    load = section.get("load_average", {})
+    lines += ["", f"1-minute load average {load.get('start', ['?'])[0]} at the start, "
+              f"{load.get('end', ['?'])[0]} at the end; {section.get('duration_s', '?')} s."]
+    if extra:
+        lines += ["Same results.json, throughput section: " + "; ".join(extra) + "."]
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     with open(sys.argv[1] if len(sys.argv) > 1 else "docs/benchmarks/results.json") as f:
         results = json.load(f)
@@ -184,4 +227,6 @@ if __name__ == "__main__":
         parts.append(table(results))
     if "delta_long_run" in results:
         parts.append(long_run_table(results["delta_long_run"]))
+    if "latency" in results:
+        parts.append(latency_table(results["latency"]))
     print("\n\n".join(parts))

@@ -52,7 +52,9 @@ def test_benchmark_runs_on_tiny_inputs(tmp_path, broker):
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers)
     out = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--output-dir", str(out)],
+        # The latency section has a test of its own (below).
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "source,kafka,delta,memory",
+         "--output-dir", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -133,3 +135,55 @@ def test_delta_long_run_reports_every_configuration_and_keeps_the_other_sections
             assert prop["applied"], (name, prop)
         assert res["growth"]["sink_commit_last_vs_first"] > 0
     assert "| compaction off, default checkpoint interval |" in proc.stdout
+
+
+LATENCY_PIPELINES = ("rate_noop", "rate_delta_eos", "kafka_eos_parquet", "kafka_eos_kafka_eos",
+                     "kafka_eos_delta_eos")
+
+
+@pytest.mark.timeout(420)
+def test_latency_section_reports_every_pipeline_and_keeps_the_other_sections(tmp_path, broker):
+    """`--only latency --quick`: 1 warm-up and 3 measured batches per pipeline. Merged into an
+    existing results.json; every pipeline has its per-batch figures, the two exactly-once ones
+    their end-to-end figures, with every record of the window seen. No timed assertions."""
+    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers)
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({
+        "by_value_size": {"100 B": {"kept": True}},
+        "targets": {"kafka_sink_exactly_once_vs_at_least_once[100 B]":
+                    {"value": 0.9, "target": ">= 0.85", "met": True}},
+    }))
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--only", "latency", "--quick",
+         "--output-dir", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["by_value_size"] == {"100 B": {"kept": True}}
+    assert (out / "latency.png").stat().st_size > 0
+    section = results["latency"]
+    assert "--only latency" in section["command"] and section["machine"]["cores"] >= 1
+    assert section["load_average"]["start"] and section["load_average"]["end"]
+    assert section["measured_batches"] == 3 and section["rate_records_per_s"] == 200
+    assert section["produced"] > 0 and section["produce_errors"] == 0
+    assert list(section["pipelines"]) == list(LATENCY_PIPELINES)
+    for name, res in section["pipelines"].items():
+        assert res["batches"] == 3 and len(res["trigger_execution_ms"]) == 3, name
+        assert 0 < res["trigger_execution_ms_p50"] <= res["trigger_execution_ms_p90"], name
+        if name != "rate_noop":
+            assert res["p50_vs_floor"] > 0, name
+        if name in ("kafka_eos_kafka_eos", "kafka_eos_delta_eos"):
+            e = res["end_to_end"]
+            assert e["records"] > 0 and e["missing"] == 0, (name, e)
+            assert len(e["latency_ms"]) == e["records"]
+            assert 0 < e["p50_ms"] <= e["p99_ms"] <= e["max_ms"], (name, e)
+        else:
+            assert "end_to_end" not in res, name
+    assert set(section["targets"]) == {
+        "kafka_eos_delta_eos_p50_vs_floor", "kafka_eos_kafka_eos_p50_vs_floor",
+        "kafka_sink_exactly_once_vs_at_least_once[100 B]"}
+    for t in section["targets"].values():
+        assert isinstance(t["met"], bool) and t["target"]
+    assert "| kafka-eos -> delta-eos |" in proc.stdout

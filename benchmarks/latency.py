@@ -1,0 +1,414 @@
+"""Per-batch and end-to-end latency at a steady trickle, side by side in one Spark session.
+
+A producer thread writes `rate` records/s (default 200) into a 2-partition input topic all along,
+each value stamped with its produce time (ns since the epoch) and a sequence number. One after
+the other, in the same Spark session (local[2], the same 1 s processing-time trigger):
+
+* `rate` -> `noop`: Spark's own floor for a micro-batch here (no Kafka, no Python);
+* `rate` -> `delta-eos`;
+* `kafka-eos` -> Spark's built-in parquet sink;
+* `kafka-eos` -> `kafka-eos` sink, exactly-once;
+* `kafka-eos` -> `delta-eos`.
+
+Each runs `warmup` batches (not measured), then `batches` measured ones: their p50 / p90 of
+Spark's own `durationMs.triggerExecution`, and the ratio to the floor's p50 measured in the same
+session. End to end, for the two exactly-once pipelines, for every record produced while the
+measured batches ran: its visibility time minus its produce time, where visibility is
+
+* for `delta-eos`, the modification time of the `_delta_log/<version>.json` file of the first
+  version whose add actions carry the record (a reader sees the version once that file exists);
+* for the `kafka-eos` sink, the time a `read_committed` consumer on the output topic (started
+  before the query, `fetch.wait.max.ms` 10) received the record (it only gets it once the
+  transaction's COMMIT marker is written); the produce time travels in the record's value.
+
+A pipeline whose query fails is retried once from a fresh checkpoint; the failure is kept in
+the results (`failed_attempts`), and a second failure is reported as the pipeline's result.
+
+The query keeps running until a batch that started after the measured window has completed, so
+every record of the window had its chance to become visible; records that did not are counted
+(`missing`). Timed, but never asserted on (DESIGN.md section 9).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from datetime import datetime
+from urllib.parse import unquote
+
+import pyarrow.parquet as pq
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from benchmarks.common import load_average, pct, ratio
+from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+
+#: The pipelines, in the order they run and are reported.
+PIPELINES = {
+    "rate_noop": "rate source -> noop (Spark's floor)",
+    "rate_delta_eos": "rate source -> delta-eos",
+    "kafka_eos_parquet": "kafka-eos -> Spark's parquet sink",
+    "kafka_eos_kafka_eos": "kafka-eos -> kafka-eos sink, exactly-once",
+    "kafka_eos_delta_eos": "kafka-eos -> delta-eos",
+}
+#: target name: (pipeline, the most its per-batch p50 may be, as a multiple of the floor's)
+TARGETS = {
+    "kafka_eos_delta_eos_p50_vs_floor": ("kafka_eos_delta_eos", 3.0),
+    "kafka_eos_kafka_eos_p50_vs_floor": ("kafka_eos_kafka_eos", 3.5),
+}
+STAMP_BYTES = 32  # b"<19-digit ns> <12-digit sequence>"
+
+
+# -- the producer and the output consumer -------------------------------------------------------
+
+
+class TrickleProducer(threading.Thread):
+    """`rate` records/s, alternating over the partitions, each stamped with its produce time."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int, value_bytes: int):
+        super().__init__(daemon=True, name="latency-producer")
+        self.topic, self.partitions, self.rate = topic, partitions, rate
+        self.pad = b"x" * max(0, value_bytes - STAMP_BYTES)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                                  "enable.idempotence": True})
+        self.stop_event = threading.Event()
+        self.produced = 0
+        self.errors = 0
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.errors += 1
+
+    def run(self) -> None:
+        interval = 1.0 / self.rate
+        start = time.monotonic()
+        seq = 0
+        while not self.stop_event.is_set():
+            due = start + seq * interval
+            now = time.monotonic()
+            if due > now:
+                time.sleep(due - now)
+                continue
+            value = b"%019d %012d" % (time.time_ns(), seq) + self.pad
+            self.producer.produce(self.topic, value=value, key=b"k%d" % seq,
+                                  partition=seq % self.partitions, on_delivery=self._delivered)
+            self.producer.poll(0)
+            seq += 1
+            self.produced = seq
+        self.producer.flush(30)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(60)
+
+
+class CommittedReader(threading.Thread):
+    """A read_committed consumer on the output topic: when each record became readable."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        super().__init__(daemon=True, name="latency-reader")
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"latency-{topic}",
+            "isolation.level": "read_committed", "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10, "fetch.min.bytes": 1,
+        })
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.stop_event = threading.Event()
+        self.seen: dict[int, tuple[int, int]] = {}  # seq -> (produce ns, visible ns)
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            msgs = self.consumer.consume(1000, timeout=0.05)
+            now = time.time_ns()
+            with self.lock:
+                for m in msgs:
+                    if m.error() is None and m.value() is not None:
+                        ns, seq = _stamp(m.value())
+                        self.seen.setdefault(seq, (ns, now))
+        self.consumer.close()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(30)
+
+
+def _stamp(value: bytes) -> tuple[int, int]:
+    return int(value[:19]), int(value[20:32])
+
+
+# -- one pipeline -------------------------------------------------------------------------------
+
+
+def _ts(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _run(query, *, warmup: int, batches: int, timeout_s: float) -> dict:
+    """Let `warmup` batches with rows pass, then `batches` more; then keep the query until a
+    batch that started after the measured window completed. Returns the measured progress and
+    the window's wall-clock bounds."""
+    seen: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout_s
+    window_start = window_end = None
+
+    def with_rows() -> list[dict]:
+        return sorted((p for p in seen.values() if p["numInputRows"] > 0),
+                      key=lambda p: p["batchId"])
+
+    try:
+        while True:
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(with_rows())} batches with rows in {timeout_s:.0f} s")
+            for p in query.recentProgress:
+                seen[p["batchId"]] = p
+            done = with_rows()
+            if window_start is None and len(done) >= warmup:
+                window_start = time.time()
+                first_measured = (done[-1]["batchId"] + 1) if done else 0
+            if window_start is not None:
+                measured = [p for p in done if p["batchId"] >= first_measured]
+                if window_end is None and len(measured) >= batches:
+                    window_end = time.time()
+                if window_end is not None and any(
+                        _ts(p["timestamp"]) > window_end + 0.3 for p in seen.values()):
+                    break
+            time.sleep(0.1)
+    finally:
+        query.stop()
+    measured = [p for p in with_rows() if p["batchId"] >= first_measured][:batches]
+    return {"progress": measured, "window": (window_start, window_end)}
+
+
+def _per_batch(progress: list[dict], floor_p50: float | None) -> dict:
+    ms = [p["durationMs"]["triggerExecution"] for p in progress]
+    add = [p["durationMs"].get("addBatch", 0) for p in progress]
+    out = {
+        "batches": len(ms),
+        "rows_per_batch_p50": pct([p["numInputRows"] for p in progress], 0.5),
+        "trigger_execution_ms_p50": pct(ms, 0.5),
+        "trigger_execution_ms_p90": pct(ms, 0.9),
+        "add_batch_ms_p50": pct(add, 0.5),
+        "trigger_execution_ms": ms,
+        "first_batch_id": progress[0]["batchId"] if progress else None,
+    }
+    if floor_p50:
+        out["p50_vs_floor"] = ratio(out["trigger_execution_ms_p50"], floor_p50)
+    return out
+
+
+def _e2e(pairs: list[tuple[int, int]], window: tuple[float, float], expected: set[int],
+         seqs: set[int]) -> dict:
+    lat = [(vis - ns) / 1e6 for ns, vis in pairs]
+    return {
+        "records": len(lat),
+        "missing": len(expected - seqs),
+        "window_s": round(window[1] - window[0], 1),
+        "p50_ms": round(pct(lat, 0.5), 1),
+        "p99_ms": round(pct(lat, 0.99), 1),
+        "max_ms": round(max(lat), 1) if lat else float("nan"),
+        "min_ms": round(min(lat), 1) if lat else float("nan"),
+        "latency_ms": [round(x, 1) for x in lat],
+    }
+
+
+def _delta_visibility(path: str) -> dict[int, tuple[int, int]]:
+    """seq -> (produce ns, visible ns): the first version whose add actions carry the record,
+    visible when its _delta_log JSON file was written."""
+    out: dict[int, tuple[int, int]] = {}
+    logs = sorted(glob.glob(os.path.join(path, "_delta_log", "*.json")))
+    for log in logs:
+        visible = os.stat(log).st_mtime_ns
+        with open(log) as f:
+            actions = [json.loads(line) for line in f if line.strip()]
+        for rel in (a["add"]["path"] for a in actions if "add" in a):
+            rel = unquote(rel)
+            if rel.startswith("file://"):
+                rel = rel[len("file://"):]
+            values = pq.read_table(os.path.join(path, rel), columns=["value"])
+            for v in values.column("value").to_pylist():
+                ns, seq = _stamp(v)
+                out.setdefault(seq, (ns, visible))
+    return out
+
+
+# -- the measurement ----------------------------------------------------------------------------
+
+
+def _window_seqs(produced: dict[int, int], window: tuple[float, float]) -> set[int]:
+    lo, hi = (int(w * 1e9) for w in window)
+    return {seq for seq, ns in produced.items() if lo <= ns <= hi}
+
+
+class _ProduceLog:
+    """The input topic read back (read_uncommitted) after the run: seq -> produce ns."""
+
+    @staticmethod
+    def read(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"latency-in-{topic}",
+                      "enable.auto.commit": False})
+        ends = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in range(partitions)]
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out, left = {}, sum(ends)
+        deadline = time.monotonic() + 120
+        while left > 0 and time.monotonic() < deadline:
+            for m in c.consume(10_000, timeout=1.0):
+                if m.error() is None:
+                    ns, seq = _stamp(m.value())
+                    out[seq] = ns
+                    left -= 1
+        c.close()
+        return out
+
+
+def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int = 3,
+            rate: int = 200, partitions: int = 2, trigger_s: float = 1.0, value_bytes: int = 100,
+            pipelines: list[str] | None = None, retries: int = 1,
+            source_options: dict | None = None, log=print) -> dict:
+    pipelines = list(PIPELINES) if pipelines is None else pipelines
+    topic = unique_topic("bench-latency-in")
+    create_topic(bootstrap, topic, partitions)
+    producer = TrickleProducer(bootstrap, topic, partitions, rate, value_bytes)
+    producer.start()
+    trigger = f"{trigger_s:g} seconds"
+    timeout_s = 120 + (warmup + batches) * trigger_s * 10
+    results: dict = {}
+    failures: dict[str, list[dict]] = {}
+    floor = None
+    from benchmarks.delta_long_run import _quiet_sink_log
+
+    sink_log, saved = _quiet_sink_log()  # a line per batch and sink on stderr helps nobody
+    try:
+        queue = list(pipelines)
+        while queue:
+            name = queue.pop(0)
+            started = time.time()
+            ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
+            out_path = tempfile.mkdtemp(prefix="out-", dir=work)
+            reader = out_topic = None
+            if name.startswith("rate"):
+                df = (spark.readStream.format("rate").option("rowsPerSecond", rate)
+                      .option("numPartitions", partitions).load())
+            else:
+                df = (spark.readStream.format("kafka-eos")
+                      .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+                      .option("startingOffsets", "latest")
+                      .options(**(source_options or {})).load())
+            if name == "rate_noop":
+                writer = df.writeStream.format("noop")
+            elif name.endswith("delta_eos"):
+                writer = df.writeStream.format("delta-eos").option("path", out_path)
+            elif name == "kafka_eos_parquet":
+                writer = df.writeStream.format("parquet").option("path", out_path)
+            elif name == "kafka_eos_kafka_eos":
+                out_topic = unique_topic("bench-latency-out")
+                create_topic(bootstrap, out_topic, partitions)
+                reader = CommittedReader(bootstrap, out_topic, partitions)
+                reader.start()
+                writer = (df.select("key", "value").writeStream.format("kafka-eos")
+                          .option("kafka.bootstrap.servers", bootstrap)
+                          .option("topic", out_topic)
+                          .option("deliveryGuarantee", "exactly-once")
+                          .option("transactionalIdPrefix", out_topic))
+            else:
+                raise ValueError(f"unknown pipeline {name}")
+            query = (writer.option("checkpointLocation", ckpt)
+                     .trigger(processingTime=trigger).start())
+            load_start = load_average()
+            try:
+                run = _run(query, warmup=warmup, batches=batches, timeout_s=timeout_s)
+            except Exception as e:  # reported; retried once; the other pipelines still run
+                failure = {"error": f"{type(e).__name__}: {str(e)[:2000]}",
+                           "load_average": {"start": load_start, "end": load_average()},
+                           "duration_s": round(time.time() - started, 1)}
+                log(f"  {name}: FAILED {type(e).__name__}: {str(e)[:600]}")
+                if reader is not None:
+                    reader.stop()  # before its topic goes: librdkafka crashed otherwise (seen)
+                if out_topic is not None:
+                    delete_topic(bootstrap, out_topic)
+                shutil.rmtree(out_path, ignore_errors=True)
+                shutil.rmtree(ckpt, ignore_errors=True)
+                failures.setdefault(name, []).append(failure)
+                if len(failures[name]) <= retries:
+                    queue.insert(0, name)
+                else:
+                    results[name] = dict(failure, failed_attempts=failures[name])
+                continue
+            finally:
+                if reader is not None:
+                    time.sleep(0.5)
+                    reader.stop()
+            res = _per_batch(run["progress"], floor)
+            if name == "rate_noop":
+                floor = res["trigger_execution_ms_p50"]
+            res["window"] = [round(w, 3) for w in run["window"]]
+            res["load_average"] = {"start": load_start, "end": load_average()}
+            if name == "kafka_eos_delta_eos":
+                res["_visible"] = _delta_visibility(out_path)
+            elif reader is not None:
+                with reader.lock:
+                    res["_visible"] = dict(reader.seen)
+                delete_topic(bootstrap, out_topic)
+            shutil.rmtree(out_path, ignore_errors=True)
+            shutil.rmtree(ckpt, ignore_errors=True)
+            res["duration_s"] = round(time.time() - started, 1)
+            if name in failures:  # the attempts that failed before this one
+                res["failed_attempts"] = failures[name]
+            results[name] = res
+            log(f"  {name}: p50 {res['trigger_execution_ms_p50']} ms, p90 "
+                f"{res['trigger_execution_ms_p90']} ms over {res['batches']} batches"
+                + (f", {res['p50_vs_floor']}x the floor" if "p50_vs_floor" in res else "")
+                + f" ({res['duration_s']} s)")
+    finally:
+        producer.stop()
+        sink_log.handlers[:], level, sink_log.propagate = saved
+        sink_log.setLevel(level)
+    produced = _ProduceLog.read(bootstrap, topic, partitions)
+    delete_topic(bootstrap, topic)
+    for name, res in results.items():
+        if "error" in res:
+            continue
+        visible = res.pop("_visible", None)
+        if visible is None:
+            continue
+        expected = _window_seqs(produced, tuple(res["window"]))
+        pairs = [visible[s] for s in sorted(expected) if s in visible]
+        res["end_to_end"] = _e2e(pairs, tuple(res["window"]), expected, set(visible))
+        e = res["end_to_end"]
+        log(f"  {name} end to end: p50 {e['p50_ms']} ms, p99 {e['p99_ms']} ms over "
+            f"{e['records']} records ({e['missing']} missing)")
+    return {
+        "rate_records_per_s": rate,
+        "partitions": partitions,
+        "trigger_s": trigger_s,
+        "value_bytes": value_bytes,
+        "warmup_batches": warmup,
+        "measured_batches": batches,
+        "produced": producer.produced,
+        "produce_errors": producer.errors,
+        "source_options": source_options or {},
+        "floor_p50_ms": floor,
+        "pipelines": results,
+        "targets": evaluate(results),
+    }
+
+
+def evaluate(pipelines: dict) -> dict:
+    out = {}
+    for name, (pipeline, most) in TARGETS.items():
+        res = pipelines.get(pipeline)
+        if res is None or "p50_vs_floor" not in res:
+            if res is not None:  # failed, or no floor to compare with
+                out[name] = {"value": None, "target": f"<= {most}", "met": False,
+                             "error": res.get("error", "no floor measured")}
+            continue
+        value = res["p50_vs_floor"]
+        out[name] = {"value": value, "target": f"<= {most}", "met": value <= most}
+    return out
