@@ -156,6 +156,16 @@ def write_json(results: dict, path: str) -> None:
         f.write(text)
 
 
+def _existing_results(output_dir: str) -> tuple[str, dict]:
+    """The results.json a section-only run merges into (its other sections are kept)."""
+    os.makedirs(output_dir, exist_ok=True)
+    json_path = os.path.join(output_dir, "results.json")
+    if not os.path.exists(json_path):
+        return json_path, {}
+    with open(json_path) as f:
+        return json_path, json.load(f)
+
+
 def long_run_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     """The delta-eos long run alone (no broker, no Spark): its section replaces the one in an
     existing results.json, whose other sections are kept."""
@@ -163,12 +173,7 @@ def long_run_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     from benchmarks.common import load_average, machine
     from benchmarks.report import long_run_table
 
-    os.makedirs(args.output_dir, exist_ok=True)
-    json_path = os.path.join(args.output_dir, "results.json")
-    results: dict = {}
-    if os.path.exists(json_path):
-        with open(json_path) as f:
-            results = json.load(f)
+    json_path, results = _existing_results(args.output_dir)
     started = time.time()
     work = tempfile.mkdtemp(prefix="delta-long-run-")
     section = {
@@ -260,12 +265,7 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
     metrics_file()
     from connectors.testing import kafka_broker, local_spark
 
-    os.makedirs(args.output_dir, exist_ok=True)
-    json_path = os.path.join(args.output_dir, "results.json")
-    results: dict = {}
-    if os.path.exists(json_path):
-        with open(json_path) as f:
-            results = json.load(f)
+    json_path, results = _existing_results(args.output_dir)
     started = time.time()
 
     def log(msg: str) -> None:
