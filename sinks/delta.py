@@ -129,8 +129,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
             fs, root = self._fs()
             if mark is not None and _commit_mark(fs, root, table.version()) == mark:
                 try:
+                    held = table.version()
                     table.update_incremental()
-                    _TABLES[key] = (table, _commit_mark(fs, root, table.version()))
+                    if table.version() != held:  # the same version keeps its mark
+                        _TABLES[key] = (table, _commit_mark(fs, root, table.version()))
                     return table
                 except Exception as e:  # unreadable now: load it afresh
                     log.info("%s: reloading the table (%s)", self.describe(), e)

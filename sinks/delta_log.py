@@ -34,7 +34,7 @@ def referenced_files(table: DeltaTable, fs: pafs.FileSystem, root: str) -> set[s
         for path in files:
             paths |= _checkpoint_paths(fs, path)
         first = version + 1
-    for version in range(first, max(table.version(), first - 1) + 1):
+    for version in range(first, table.version() + 1):
         paths |= _commit_paths(fs, f"{log}/{version:020d}.json")
     return {unquote(p) for p in paths}
 
@@ -63,9 +63,9 @@ def _last_checkpoint(fs: pafs.FileSystem, log: str) -> tuple[int, list[str]] | N
 
 
 def _checkpoint_paths(fs: pafs.FileSystem, path: str) -> set[str]:
-    names = set(pq.read_schema(path, filesystem=fs).names)
-    columns = [c for c in ("add", "remove") if c in names]
-    table = pq.read_table(path, columns=columns, filesystem=fs)
+    checkpoint = pq.ParquetFile(path, filesystem=fs)  # one footer read, for columns and rows
+    columns = [c for c in ("add", "remove") if c in checkpoint.schema_arrow.names]
+    table = checkpoint.read(columns=columns)
     found: set[str] = set()
     for c in columns:
         found |= {p for p in table.column(c).combine_chunks().field("path").to_pylist() if p}
