@@ -56,6 +56,23 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+def run_to_end(query, timeout_s: float = 300) -> None:
+    """Wait for an availableNow (or otherwise finite) query to end, and fail the test if it did
+    not: `awaitTermination(timeout)` returns False on a timeout, and a test that goes on to
+    read the output then sees the batches not yet committed as "missing" (a slow run looks like
+    data loss). The query's own exception, if it failed, is raised as is."""
+    if not query.awaitTermination(timeout_s):
+        progress = query.lastProgress
+        status = query.status
+        query.stop()
+        raise AssertionError(
+            f"the query did not end within {timeout_s}s (a stall, not data loss); status "
+            f"{status}; last progress {progress}"
+        )
+    if query.exception() is not None:
+        raise AssertionError(f"the query failed: {query.exception()}")
+
+
 def stream_options(bootstrap: str, **options: str) -> dict[str, str]:
     return {"kafka.bootstrap.servers": bootstrap, **options}
 

@@ -16,6 +16,7 @@ from integration_tests.delta_oracle import last_spark_batch, txn_versions
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import log_tail, run_pipeline, start_pipeline, wait_exit
 from sinks.faults import ENV
+from integration_tests.streaming import run_to_end
 
 PIPELINE = "integration_tests.pipelines.eos_pipeline"
 
@@ -38,13 +39,13 @@ def test_topic_to_topic_to_delta_exactly_once(spark, broker, bootstrap, tmp_path
         spark.readStream.format("kafka-eos")
         .option("kafka.bootstrap.servers", bootstrap).option("subscribe", b)
         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "70").load()
-        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
+        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+                    "partition", "offset")
         .writeStream.format("delta-eos").option("path", table)
         .option("checkpointLocation", str(tmp_path / "ckpt2"))
         .trigger(availableNow=True).start()
     )
-    query.awaitTermination(300)
-    assert query.exception() is None
+    run_to_end(query, 300)
 
     # Offsets differ between A and B, so records are matched by key and value (both unique).
     from deltalake import DeltaTable
@@ -53,6 +54,30 @@ def test_topic_to_topic_to_delta_exactly_once(spark, broker, bootstrap, tmp_path
     got = sorted((r["key"], r["value"]) for r in rows)
     want = sorted((r.key.decode(), r.value.decode()) for r in expected)
     assert len(got) == len(set(got)), "duplicates in the table"
-    assert got == want
+    assert got == want, _where_they_differ(bootstrap, b, rows, got, want, tmp_path)
     (version,) = txn_versions(table).values()
     assert version == last_spark_batch(str(tmp_path / "ckpt2"))
+
+
+def _where_they_differ(bootstrap: str, topic: str, rows: list[dict], got: list, want: list,
+                       tmp_path) -> str:
+    """Which records of B the table lacks or has too many of, where they are in B, and the
+    second hop's batches: enough to tell a lost range from a lost transaction."""
+    import os
+
+    from connectors.testing.kafka_oracle import read_partition
+
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    where = {}
+    for p in range(3):
+        log = read_partition(bootstrap, topic, p)
+        for state in ("committed", "aborted", "open"):
+            for r in getattr(log, state):
+                where[(r.key.decode(), r.value.decode())] = (p, r.offset, state)
+    read = sorted((r["partition"], r["offset"]) for r in rows)
+    offsets_dir = tmp_path / "ckpt2" / "offsets"
+    batches = [(n, (offsets_dir / n).read_text().splitlines()[-1])
+               for n in sorted(os.listdir(offsets_dir), key=lambda n: int(n) if n.isdigit() else -1)
+               if n.isdigit()]
+    return (f"missing {[(m, where.get(m)) for m in missing]}; extra {extra}; "
+            f"second hop read (partition, offset) {read}; its batches {batches}")

@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from connectors.options import Options
 from integration_tests.delta_oracle import assert_exactly_once, orphan_files, txn_versions
 from integration_tests.kafka_data import create_topic, produce, unique_topic
-from integration_tests.streaming import earliest_stream
+from integration_tests.streaming import run_to_end, earliest_stream
 from sinks.delta import DeltaOptions, DeltaSink
 from sinks.two_phase_commit import SinkSettings, TaskInfo
 
@@ -209,8 +209,7 @@ def test_a_streaming_query_writes_capped_statistically_described_compacted_files
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(300)
-    assert query.exception() is None
+    run_to_end(query, 300)
     assert_exactly_once(table, expected)
     (version,) = txn_versions(table).values()
     assert version == query.lastProgress["batchId"]

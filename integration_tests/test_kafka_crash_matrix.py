@@ -25,7 +25,7 @@ from integration_tests.processes import (
     start_pipeline,
     wait_exit,
 )
-from integration_tests.streaming import wait_for
+from integration_tests.streaming import run_to_end, wait_for
 from sinks.faults import ENV
 
 PIPELINE = "integration_tests.pipelines.eos_pipeline"
@@ -191,7 +191,6 @@ def test_two_queries_with_different_prefixes_share_a_topic(spark, bootstrap, tmp
             .trigger(availableNow=True).start()
         )
     for q in queries:
-        q.awaitTermination(300)
-        assert q.exception() is None
+        run_to_end(q, 300)
     got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
     assert got == collections.Counter((r.key, r.value) for r in expected)

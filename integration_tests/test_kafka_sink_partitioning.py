@@ -16,6 +16,7 @@ import pytest
 
 from connectors.testing.kafka_oracle import committed
 from integration_tests.kafka_data import create_topic, unique_topic
+from integration_tests.streaming import run_to_end
 
 
 def java_murmur2(data: bytes) -> int:
@@ -128,8 +129,7 @@ def _write_all(frame, bootstrap: str, topic: str, tmp_path) -> None:
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(300)
-    assert query.exception() is None
+    run_to_end(query, 300)
 
 
 def _is_utf8(b: bytes) -> bool:

@@ -11,6 +11,7 @@ from deltalake import DeltaTable
 
 from integration_tests.kafka_data import create_topic, unique_topic
 from connectors.testing.kafka_oracle import committed
+from integration_tests.streaming import run_to_end
 
 
 @pytest.fixture
@@ -30,8 +31,7 @@ def test_delta_eos_accepts_query_name_and_start_path(rows, tmp_path):
         .option("checkpointLocation", str(tmp_path / "ck"))
         .trigger(availableNow=True).start(table)  # Spark passes it as the `path` option
     )
-    query.awaitTermination(300)
-    assert query.exception() is None
+    run_to_end(query, 300)
     assert DeltaTable(table).to_pyarrow_table().num_rows == 5
 
 
@@ -67,6 +67,5 @@ def test_kafka_eos_accepts_query_name_and_refuses_a_misspelt_option(rows, bootst
     assert committed(bootstrap, topic) == []
 
     good = start("named_kafka")
-    good.awaitTermination(300)
-    assert good.exception() is None
+    run_to_end(good, 300)
     assert len(committed(bootstrap, topic)) == 5

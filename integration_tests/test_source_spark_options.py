@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from integration_tests.kafka_data import Record, create_topic, produce, unique_topic
+from integration_tests.streaming import run_to_end
 
 GAP_S = 0.15
 
@@ -206,8 +207,7 @@ def test_what_spark_passes_itself_is_not_refused(spark, bootstrap, rounds, tmp_p
              .option("subscribe", topic).option("startingOffsets", "earliest").load("/not/used")
              .writeStream.format("parquet").option("path", out)
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-    query.awaitTermination(180)
-    assert query.exception() is None
+    run_to_end(query, 180)
     assert spark.read.parquet(out).count() == len(written)
 
 
@@ -290,6 +290,5 @@ def test_spark_reads_with_group_options(spark, bootstrap, option, value, tmp_pat
              .option("subscribe", topic).option("startingOffsets", "earliest").option(option, value)
              .load().writeStream.format("parquet").option("path", str(tmp_path / "out"))
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-    query.awaitTermination(180)
-    assert query.exception() is None
+    run_to_end(query, 180)
     assert spark.read.parquet(str(tmp_path / "out")).count() == len(expected)

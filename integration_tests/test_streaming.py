@@ -12,6 +12,7 @@ from integration_tests.streaming import (
     all_records,
     parquet_batch_writer,
     read_batches,
+    run_to_end,
     stream_options,
     wait_for,
 )
@@ -54,8 +55,7 @@ def test_max_offsets_per_trigger_stop_and_restart(spark, bootstrap, tmp_path):
 
     more = produce(bootstrap, topic, 3, 20, start_index=100)
     query = _start(spark, opts, checkpoint, out)  # availableNow: to the end, same checkpoint
-    query.awaitTermination(300)
-    assert query.exception() is None
+    run_to_end(query, 300)
 
     batches = read_batches(out)
     assert all(len(recs) <= 40 for recs in batches.values()), {
@@ -146,7 +146,7 @@ def test_fail_on_data_loss_when_offsets_go_back(spark, bootstrap, tmp_path, fail
     )
     checkpoint, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
     q = _start(spark, opts, checkpoint, out)
-    q.awaitTermination(120)
+    run_to_end(q, 120)
     assert all_records(out) == before
 
     after = _recreate_with_fewer_records(bootstrap, topic)  # offsets 0..4 again, < 20
@@ -156,8 +156,7 @@ def test_fail_on_data_loss_when_offsets_go_back(spark, bootstrap, tmp_path, fail
             q.awaitTermination(120)
         assert all_records(out) == before
     else:
-        q.awaitTermination(120)
-        assert q.exception() is None
+        run_to_end(q, 120)
         got = all_records(out)
         assert sorted(set(got) - set(before)) == after  # new records read from the earliest
 
@@ -178,7 +177,7 @@ def test_fail_on_data_loss_after_delete_records(spark, broker, bootstrap, tmp_pa
     )
     checkpoint, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
     q = _start(spark, opts, checkpoint, out)
-    q.awaitTermination(120)
+    run_to_end(q, 120)
     assert all_records(out) == first
     second = produce(bootstrap, topic, 1, 10, start_index=10)
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -190,8 +189,7 @@ def test_fail_on_data_loss_after_delete_records(spark, broker, bootstrap, tmp_pa
         with pytest.raises(Exception, match="failOnDataLoss"):
             q.awaitTermination(120)
     else:
-        q.awaitTermination(120)
-        assert q.exception() is None
+        run_to_end(q, 120)
         assert all_records(out) == first + [r for r in second if r.offset >= cut]
 
 
