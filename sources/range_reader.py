@@ -207,6 +207,7 @@ def _read_assigned(
                 next_offset = _take_slowly(consumer, r, msgs, next_offset, fail_on_data_loss,
                                            pending)
             else:
+                _check_partition(msgs, r)
                 # One partition, so offsets ascend: keep the slice inside [next, until).
                 offs = list(map(_OFFSET, msgs))
                 lo = bisect.bisect_left(offs, next_offset)
@@ -214,7 +215,8 @@ def _read_assigned(
                 beyond = hi < len(offs)  # the chunk reaches past the range's end
                 if lo or beyond:
                     msgs, offs = msgs[lo:hi], offs[lo:hi]
-                pending.add_chunk(msgs, offs)
+                if offs:  # empty when the range's tail was markers and the chunk starts after it
+                    pending.add_chunk(msgs, offs)
                 if beyond:
                     next_offset = r.until_offset
                 elif offs:
@@ -235,6 +237,20 @@ def _read_assigned(
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _check_partition(msgs: list, r: OffsetRange) -> None:
+    """A chunk holds records of the assigned partition only. A record of another partition
+    (a pooled consumer's earlier assignment) would be taken for this one's and its offset would
+    end the range early: records lost without a trace. Not expected of librdkafka (unassign()
+    purges the old partition's queue), so checked cheaply, at the chunk's ends, and loudly."""
+    for m in (msgs[0], msgs[-1]):
+        if m.partition() != r.partition or m.topic() != r.topic:
+            raise RuntimeError(
+                f"kafka-eos: reading {r.topic}-{r.partition}, the consumer returned a record of "
+                f"{m.topic()}-{m.partition()} (offset {m.offset()}); the task fails rather "
+                "than mistake it for a record of this range"
+            )
 
 
 def _take_slowly(consumer, r: OffsetRange, msgs: list, next_offset: int, fail: bool,

@@ -1,0 +1,64 @@
+"""Unit tests of the read loop's offset arithmetic (sources/range_reader.py), with a consumer
+that hands out scripted chunks of real confluent-kafka Message objects: how chunks fall
+depends on fetch timing, so the rare shapes are scripted here rather than waited for."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Message, TopicPartition
+
+from sources.offsets import OffsetRange
+from sources.range_reader import _read_assigned
+
+
+class ScriptedConsumer:
+    """consume() returns the next scripted chunk (then nothing); position() is the offset
+    after the last record handed out, as librdkafka's application position."""
+
+    def __init__(self, chunks: list[list[tuple[str, int, int]]]) -> None:
+        self.chunks = [[Message(topic=t, partition=p, offset=o, key=b"k%d" % o, value=b"v%d" % o,
+                                timestamp=(1, 1000 + o)) for t, p, o in c] for c in chunks]
+        self.pos = -1001
+
+    def consume(self, num_messages: int, timeout: float) -> list:
+        if not self.chunks:
+            return []
+        chunk = self.chunks.pop(0)
+        if len(chunk) > num_messages:  # as librdkafka: at most num_messages, the rest later
+            chunk, rest = chunk[:num_messages], chunk[num_messages:]
+            self.chunks.insert(0, rest)
+        if chunk:
+            self.pos = chunk[-1].offset() + 1
+        return chunk
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tps[0].topic, tps[0].partition, self.pos)]
+
+
+def _offsets(r: OffsetRange, consumer: ScriptedConsumer) -> list[int]:
+    batches = list(_read_assigned(consumer, r, False, 1000, 2_000, True))
+    return [o for b in batches for o in b.column("offset").to_pylist()]
+
+
+def test_a_chunk_starting_after_a_range_that_ended_on_markers():
+    # [0, 6): data 0..4, a COMMIT marker at 5; the next chunk begins at 6, past the range.
+    # Its slice inside the range is empty (this raised "not enough values to unpack").
+    consumer = ScriptedConsumer([[("t", 0, o) for o in range(5)], [("t", 0, 6), ("t", 0, 7)]])
+    assert _offsets(OffsetRange("t", 0, 0, 6), consumer) == [0, 1, 2, 3, 4]
+
+
+def test_records_before_the_range_start_are_dropped_and_the_rest_kept():
+    consumer = ScriptedConsumer([[("t", 0, o) for o in range(3, 9)]])
+    assert _offsets(OffsetRange("t", 0, 5, 9), consumer) == [5, 6, 7, 8]
+
+
+def test_a_chunk_reaching_past_the_end_is_cut_at_the_end():
+    consumer = ScriptedConsumer([[("t", 0, o) for o in (0, 1, 3, 4)], [("t", 0, 6)]])
+    assert _offsets(OffsetRange("t", 0, 0, 6), consumer) == [0, 1, 3, 4]
+
+
+def test_a_record_of_another_partition_fails_the_task_instead_of_ending_the_range():
+    # Taken for t-1's, offset 40 would end [10, 20) at once with nothing read.
+    consumer = ScriptedConsumer([[("t", 0, 40), ("t", 0, 41)]])
+    with pytest.raises(RuntimeError, match="reading t-1, the consumer returned a record of t-0"):
+        _offsets(OffsetRange("t", 1, 10, 20), consumer)
