@@ -12,13 +12,13 @@ import bisect
 import gc
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
+from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool, pool_key
 from sources.offsets import OffsetRange
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,19 @@ HEADERS_DDL = ", headers array<struct<key:string,value:binary>>"
 FETCH_DEFAULTS = {
     "fetch.wait.max.ms": "10",
 }
+
+#: A broker may answer a fetch with no records, although they exist, when it cannot read them
+#: within `fetch.wait.max.ms`: Tansu does once a partition holds some 20,000 record batches
+#: (measured: every 10 ms fetch of such a partition came back empty, a 500 ms one at once), and
+#: a range then stalled until pollTimeoutMs failed the task. Kafka itself answers as soon as it
+#: has data. So when a consumer with the short default wait makes no progress for
+#: ESCALATE_AFTER_S while records it has not read are known to exist, it is replaced by one
+#: with the next, longer wait, and this process's later consumers of that configuration start
+#: with it. A `kafka.fetch.wait.max.ms` set by the user is left alone.
+FETCH_WAIT_STEPS_MS = (10, 500, 5_000)
+ESCALATE_AFTER_S = 1.0
+#: pool key of the configuration -> the fetch.wait.max.ms this process has learned it needs
+_LEARNED_FETCH_WAIT_MS: dict[str, int] = {}
 
 #: consume() waits this long at first when the queue is empty, doubling while it stays empty up
 #: to EMPTY_WAIT_MAX_S; after each empty wait the consumer's position says whether the range is
@@ -152,29 +165,65 @@ def read_range(
     if r.size == 0:
         return
     pool = POOL if pool is None else pool
-    conf = source_consumer_settings(kafka_conf)
+    base = source_consumer_settings(kafka_conf)
+    family = pool_key(base)
+    user_wait = "fetch.wait.max.ms" in kafka_conf
+    conf = _with_fetch_wait(base, None if user_wait else _LEARNED_FETCH_WAIT_MS.get(family))
     tp = (r.topic, r.partition)
-    consumer = pool.take(conf, tp)
+    held = [pool.take(conf, tp)]  # the consumer reading now (replaced if it must wait longer)
     completed = False
+
+    def longer_wait(next_offset: int) -> bool:
+        """Replace the consumer by one with the next fetch wait; False if there is none."""
+        nonlocal conf
+        wait = _next_fetch_wait(int(conf["fetch.wait.max.ms"]))
+        if user_wait or wait is None:
+            return False
+        log.warning(
+            "kafka-eos: fetches of %s-%s at offset %d came back empty for %.0f s although the "
+            "range ends at %d; the broker may not read within fetch.wait.max.ms=%s, so this "
+            "process's consumers now wait up to %d ms (set kafka.fetch.wait.max.ms to choose)",
+            r.topic, r.partition, next_offset, ESCALATE_AFTER_S, r.until_offset,
+            conf["fetch.wait.max.ms"], wait,
+        )
+        _LEARNED_FETCH_WAIT_MS[family] = wait
+        pool.discard(held[0])
+        conf = _with_fetch_wait(base, wait)
+        held[0] = pool.take(conf, tp)
+        held[0].assign([TopicPartition(r.topic, r.partition, next_offset)])
+        return True
+
     try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
-        yield from _read_assigned(consumer, r, include_headers, batch_rows, poll_timeout_ms,
-                                  fail_on_data_loss)
+        held[0].assign([TopicPartition(r.topic, r.partition, r.from_offset)])
+        yield from _read_assigned(held, r, include_headers, batch_rows, poll_timeout_ms,
+                                  fail_on_data_loss, longer_wait)
         completed = True
     finally:
         if completed:
-            pool.give_back(consumer, conf, tp=tp, capacity=cache_capacity,
+            pool.give_back(held[0], conf, tp=tp, capacity=cache_capacity,
                            timeout_ms=cache_timeout_ms)
         else:
-            pool.discard(consumer)
+            pool.discard(held[0])
+
+
+def _with_fetch_wait(conf: dict[str, str], wait_ms: int | None) -> dict[str, str]:
+    return conf if wait_ms is None else {**conf, "fetch.wait.max.ms": str(wait_ms)}
+
+
+def _next_fetch_wait(current_ms: int) -> int | None:
+    return next((w for w in FETCH_WAIT_STEPS_MS if w > current_ms), None)
 
 
 def _read_assigned(
-    consumer, r: OffsetRange, include_headers: bool, batch_rows: int, poll_timeout_ms: int,
-    fail_on_data_loss: bool,
+    held: list, r: OffsetRange, include_headers: bool, batch_rows: int, poll_timeout_ms: int,
+    fail_on_data_loss: bool, longer_wait: Callable[[int], bool] | None = None,
 ) -> Iterator[pa.RecordBatch]:
+    """`held[0]` is the consumer, assigned at the range's start; `longer_wait(next_offset)`
+    replaces it by one with a longer fetch wait (see FETCH_WAIT_STEPS_MS)."""
+    consumer = held[0]
     next_offset = r.from_offset
     idle_since = time.monotonic()
+    progress_since = idle_since  # the last record, or the last change of consumer
     wait_s = EMPTY_WAIT_FIRST_S
     pending = _Columns(include_headers)  # the batch being built
     # The cyclic garbage collector is paused while a batch is built, and runs as before while
@@ -193,7 +242,12 @@ def _read_assigned(
                 position = consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
                 if position >= r.until_offset:
                     break  # the tail of the range is markers or aborted records
-                if (time.monotonic() - idle_since) * 1000 > poll_timeout_ms:
+                now = time.monotonic()
+                if (longer_wait is not None and now - progress_since > ESCALATE_AFTER_S
+                        and longer_wait(next_offset)):
+                    consumer, progress_since, wait_s = held[0], now, EMPTY_WAIT_FIRST_S
+                    continue
+                if (now - idle_since) * 1000 > poll_timeout_ms:
                     raise TimeoutError(
                         f"kafka-eos: no record of {r.topic}-{r.partition} at or after offset "
                         f"{next_offset} within kafkaConsumer.pollTimeoutMs={poll_timeout_ms} "
@@ -201,7 +255,7 @@ def _read_assigned(
                     )
                 wait_s = min(wait_s * 2, EMPTY_WAIT_MAX_S)
                 continue
-            idle_since = time.monotonic()
+            idle_since = progress_since = time.monotonic()
             wait_s = EMPTY_WAIT_FIRST_S
             if any(map(_ERROR, msgs)):  # KafkaError is truthy, None is not
                 next_offset = _take_slowly(consumer, r, msgs, next_offset, fail_on_data_loss,

@@ -36,7 +36,7 @@ class ScriptedConsumer:
 
 
 def _offsets(r: OffsetRange, consumer: ScriptedConsumer) -> list[int]:
-    batches = list(_read_assigned(consumer, r, False, 1000, 2_000, True))
+    batches = list(_read_assigned([consumer], r, False, 1000, 2_000, True))
     return [o for b in batches for o in b.column("offset").to_pylist()]
 
 
@@ -62,3 +62,24 @@ def test_a_record_of_another_partition_fails_the_task_instead_of_ending_the_rang
     consumer = ScriptedConsumer([[("t", 0, 40), ("t", 0, 41)]])
     with pytest.raises(RuntimeError, match="reading t-1, the consumer returned a record of t-0"):
         _offsets(OffsetRange("t", 1, 10, 20), consumer)
+
+
+def test_a_consumer_that_gets_nothing_is_replaced_by_one_that_waits_longer(monkeypatch):
+    # The first consumer's fetches come back empty although the range is not read (a broker
+    # that cannot read within fetch.wait.max.ms); its replacement, asked from offset 3, reads.
+    import sources.range_reader as rr
+
+    monkeypatch.setattr(rr, "ESCALATE_AFTER_S", 0.05)
+    first = ScriptedConsumer([[("t", 0, o) for o in range(3)]])
+    second = ScriptedConsumer([[("t", 0, o) for o in range(3, 8)]])
+    held, asked = [first], []
+
+    def longer_wait(next_offset: int) -> bool:
+        asked.append(next_offset)
+        held[0] = second
+        return True
+
+    batches = list(rr._read_assigned(held, OffsetRange("t", 0, 0, 8), False, 1000, 5_000, True,
+                                     longer_wait))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(8))
+    assert asked == [3]
