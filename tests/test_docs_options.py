@@ -92,6 +92,8 @@ PAGES = [
           *_streaming_only(_streaming_sink(kafka_sink.OPTIONS), _KAFKA_BATCH))),
     Page("docs/secured-clusters.md", "the Java client settings refused",
          REFUSED_JAVA_OPTIONS, exhaustive=False),
+    Page("docs/writing-a-sink.md", "the TwoPhaseCommitSink template (every sink built on it)",
+         SETTINGS_OPTIONS),
     Page("docs/demo.md", "python -m connectors demo", _demo_flags(), word_only=True),
 ]
 
