@@ -1,4 +1,5 @@
-"""The README's Performance tables, from a results.json, so the README says what the run said.
+"""The Performance tables of docs/performance.md, from a results.json, so the page says what the
+run said.
 
     python -m benchmarks.report benchmark-results/results.json
 

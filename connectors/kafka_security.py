@@ -85,6 +85,8 @@ _REFUSED_JAVA = {
     "value.deserializer": "the source returns the value as bytes; remove it",
     "interceptor.classes": "a JVM class; remove it",
 }
+#: Their option names (`kafka.` + each), documented in docs/secured-clusters.md.
+REFUSED_JAVA_OPTIONS = tuple(f"kafka.{name}" for name in _REFUSED_JAVA)
 
 
 def _opt(name: str) -> str:

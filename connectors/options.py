@@ -27,6 +27,11 @@ SECRET_MARKERS = (
 )
 
 
+#: Options no format refuses: Spark passes `path` from `.load(path)`, `start(path)` and
+#: `save(path)` whether or not the format uses it.
+ALWAYS_ACCEPTED_OPTIONS = ("path",)
+
+
 class OptionError(ValueError):
     """An invalid or missing option; the message names the option and what it accepts."""
 
@@ -133,7 +138,8 @@ class Options:
         by_lower = {k.lower(): k for k in known}
         lowered = tuple(p.lower() for p in prefixes)
         for key in sorted(self._raw):
-            if key in by_lower or (lowered and key.startswith(lowered)) or key == "path":
+            if (key in by_lower or (lowered and key.startswith(lowered))
+                    or key in ALWAYS_ACCEPTED_OPTIONS):
                 continue
             close = difflib.get_close_matches(key, list(by_lower), n=1, cutoff=0.6)
             hint = f"; did you mean '{by_lower[close[0]]}'?" if close else ""

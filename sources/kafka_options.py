@@ -47,6 +47,8 @@ KNOWN_OPTIONS = (
     "includeHeaders",
     "arrowBatchRows",  # ours: rows per Arrow batch handed to Spark
 )
+#: Option families the source accepts whatever follows the prefix: Kafka client settings.
+OPTION_PREFIXES = ("kafka.",)
 
 #: Kafka client settings Spark's Kafka source refuses, refused here for the same reasons (the
 #: consumers are librdkafka's, but what the settings would do is just as wrong).
@@ -273,7 +275,7 @@ def _check_names(opts: Options) -> None:
     for name, why in UNSUPPORTED_KAFKA_OPTIONS.items():
         if name in opts:
             raise OptionError(name, why)
-    opts.reject_unknown(KNOWN_OPTIONS, prefixes=("kafka.",), format_name=FORMAT_NAME)
+    opts.reject_unknown(KNOWN_OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME)
 
 
 def _group_id(opts: Options, *, batch: bool | None) -> str:

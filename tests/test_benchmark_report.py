@@ -1,5 +1,5 @@
-"""The README's Performance table is generated from results.json: it must carry the run's own
-figures and verdicts, not numbers typed by hand."""
+"""The throughput table of docs/performance.md is generated from docs/benchmarks/results.json: it
+must carry the run's own figures and verdicts, not numbers typed by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 from benchmarks.report import table
 
-RESULTS = json.loads((Path(__file__).resolve().parents[1] / "docs/benchmarks/results.json").read_text())
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = json.loads((ROOT / "docs/benchmarks/results.json").read_text())
 
 
 def test_table_carries_each_ratio_and_verdict_of_the_run():
@@ -27,3 +28,11 @@ def test_table_carries_each_ratio_and_verdict_of_the_run():
         }
     met = sum(t["met"] for t in RESULTS["targets"].values())
     assert text.count(": met |") + text.count(": partly met |") >= (1 if met else 0)
+
+
+def test_the_performance_page_shows_the_table_of_the_results_it_links_to():
+    """`python -m benchmarks.report docs/benchmarks/results.json` is what the page shows: a run
+    that updates results.json must update the page (paste the report's output), and the reverse."""
+    page = (ROOT / "docs/performance.md").read_text()
+    assert table(RESULTS).split("\n\n")[0] in page
+    assert "](benchmarks/results.json)" in page and "](benchmarks/chart.png)" in page
