@@ -34,9 +34,10 @@ SOURCE_METRICS_ENV = "KAFKA_EOS_SOURCE_METRICS_FILE"
 def structured_logger() -> logging.Logger:
     """The metrics logger, with a handler of its own: Spark's Python workers configure no
     logging, so an INFO line would otherwise go nowhere (as the sinks' logger does)."""
-    if not log.handlers:
+    if not any(getattr(h, "kafka_eos", False) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.kafka_eos = True  # type: ignore[attr-defined]
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
