@@ -8,11 +8,15 @@ import tempfile
 import pytest
 
 from connectors.testing import Broker, kafka_broker, local_spark
+from sources.batch_metrics import SOURCE_METRICS_ENV
 from sources.consumer_pool import STATS_ENV
 
 # Before any Spark starts, so its Python workers inherit it: the source's consumer pool counts
 # created and reused consumers there (integration_tests/test_consumer_pool.py reads them).
 os.environ.setdefault(STATS_ENV, tempfile.mkdtemp(prefix="kafka-eos-pool-stats-"))
+# Likewise the source's per-batch metrics lines (integration_tests/test_source_monitoring.py).
+os.environ.setdefault(SOURCE_METRICS_ENV, os.path.join(
+    tempfile.mkdtemp(prefix="kafka-eos-source-metrics-"), "batches.jsonl"))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

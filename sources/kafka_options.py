@@ -13,6 +13,7 @@ from typing import Literal
 
 from connectors.kafka_client import librdkafka_conf
 from connectors.options import OptionError, Options
+from connectors.paths import normalise
 from sources.offsets import PartitionOffsets, parse_offsets_option
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ KNOWN_OPTIONS = (
     "groupIdPrefix",
     "includeHeaders",
     "arrowBatchRows",  # ours: rows per Arrow batch handed to Spark
+    "commitOffsetsToGroup",  # ours: commit each completed batch's end offsets to kafka.group.id
+    "taskMetricsLocation",  # ours: where tasks leave read times for the batch metrics line
 )
 #: Option families the source accepts whatever follows the prefix: Kafka client settings.
 OPTION_PREFIXES = ("kafka.",)
@@ -82,6 +85,11 @@ DEFAULT_GROUP_ID_PREFIX_BATCH = "spark-kafka-relation"
 
 #: Options Spark's Kafka source ignores in batch queries, with a warning; so does this one.
 STREAMING_ONLY_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+#: Our own options that only a stream has a use for: ignored in batch reads, with a warning.
+OWN_STREAMING_ONLY_OPTIONS = ("commitOffsetsToGroup", "taskMetricsLocation")
+
+#: taskMetricsLocation's value that turns the tasks' reports off.
+TASK_METRICS_OFF = "none"
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,12 @@ class KafkaSourceOptions:
     #: The options that decided `starting` and `ending` (Spark's precedence), for messages.
     starting_option: str = "startingOffsets"
     ending_option: str = "endingOffsets"
+    #: commitOffsetsToGroup: the group every completed batch's end offsets are committed to
+    #: (kafka.group.id), for lag tools only; None when off. Never read back.
+    commit_group: str | None = None
+    #: taskMetricsLocation: None (the default: a directory in the driver's temp dir), "none"
+    #: (no task reports), or a normalised path / URI shared by executors and the driver.
+    task_metrics_location: str | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -296,8 +310,9 @@ def _group_id(opts: Options, *, batch: bool | None) -> str:
             log.warning(
                 "kafka-eos: kafka.group.id is set, so every consumer of this source uses "
                 "group.id=%r. Spark warns that queries sharing a group id can interfere with each "
-                "other; this source never joins the group (assign()) or commits offsets to it, "
-                "but every query given this id is seen by the broker as the same group",
+                "other; this source never joins the group (assign()) and commits offsets to it "
+                "only with commitOffsetsToGroup=true (for lag monitoring, never read back), but "
+                "every query given this id is seen by the broker as the same group",
                 given,
             )
             if "groupIdPrefix" in opts:
@@ -308,6 +323,33 @@ def _group_id(opts: Options, *, batch: bool | None) -> str:
     if not prefix.strip():
         raise OptionError("groupIdPrefix", f"must not be empty (default {default!r})")
     return f"{prefix.strip()}-{uuid.uuid4()}"
+
+
+def _commit_group(opts: Options, *, batch: bool | None) -> str | None:
+    """commitOffsetsToGroup: the group to commit to, which must be named by kafka.group.id (a
+    generated `<groupIdPrefix>-<uuid>` changes at every start: no dashboard could follow it)."""
+    if not opts.get_bool("commitOffsetsToGroup", False) or batch:
+        return None
+    group = opts.get("kafka.group.id")
+    if group is None:
+        raise OptionError(
+            "commitOffsetsToGroup",
+            "needs option 'kafka.group.id': the consumer group the end offsets of each batch "
+            "are committed to, so that kafka-consumer-groups and lag monitors can follow the "
+            "query (a generated groupIdPrefix id changes at every start). Set kafka.group.id, "
+            "or remove commitOffsetsToGroup",
+        )
+    return group.strip()
+
+
+def _task_metrics_location(opts: Options, *, batch: bool | None) -> str | None:
+    name = "taskMetricsLocation"
+    value = opts.get(name)
+    if value is None or batch:
+        return None
+    if value.strip().lower() == TASK_METRICS_OFF:
+        return TASK_METRICS_OFF
+    return normalise(name, value)
 
 
 def _cache_timeout_ms(opts: Options) -> int:
@@ -342,6 +384,10 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
             if name in opts:
                 log.warning("kafka-eos: %s applies to streaming queries only; ignored in this "
                             "batch read (as in Spark's Kafka source)", name)
+        for name in OWN_STREAMING_ONLY_OPTIONS:
+            if name in opts:
+                log.warning("kafka-eos: %s applies to streaming queries only; ignored in this "
+                            "batch read", name)
     return KafkaSourceOptions(
         kafka_conf=kafka_conf,
         subscription=subscription,
@@ -365,4 +411,6 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
         consumer_cache_timeout_ms=_cache_timeout_ms(opts),
         starting_option=_chosen(opts, STARTING_OPTIONS, warn=False) or "startingOffsets",
         ending_option=_chosen(opts, ENDING_OPTIONS, warn=False) or "endingOffsets",
+        commit_group=_commit_group(opts, batch=batch),
+        task_metrics_location=_task_metrics_location(opts, batch=batch),
     )

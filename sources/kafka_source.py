@@ -2,7 +2,9 @@
 
 Its offsets are the query's state: Spark writes each batch's end offsets to the checkpoint's
 offset log before the batch runs, and a restarted query replays a logged batch from exactly
-those offsets. Nothing is committed to Kafka consumer groups.
+those offsets. Consumer groups are never used for recovery; with commitOffsetsToGroup=true the
+end offsets of each completed batch are committed to kafka.group.id for lag monitoring only.
+Each completed batch gets a metrics line (sources/batch_metrics.py).
 """
 
 from __future__ import annotations
@@ -31,21 +33,30 @@ from pyspark.sql.types import StructType
 
 from connectors.options import OptionError
 from sources import offsets as off
-from sources.kafka_options import KafkaSourceOptions, parse_source_options
+from sources.batch_metrics import PlannedBatch, batch_line, emit
+from sources.group_commit import GroupOffsetCommitter
+from sources.kafka_options import TASK_METRICS_OFF, KafkaSourceOptions, parse_source_options
 from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, DataLossError, read_range
 from sources.resolver import OffsetResolver, report_data_loss
+from sources.task_metrics import ReportDirs, timed
 
 log = logging.getLogger(__name__)
 
 FORMAT_NAME = "kafka-eos"
+#: Planned batches kept until they complete; more means plans that never ran.
+MAX_PLANNED = 8
 
 
 class KafkaInputPartition(InputPartition):
-    """One Spark task: records [from_offset, until_offset) of one topic-partition."""
+    """One Spark task: records [from_offset, until_offset) of one topic-partition, and where
+    it leaves its read metrics for the driver (sources/task_metrics.py), if anywhere."""
 
-    def __init__(self, rng: off.OffsetRange) -> None:
+    def __init__(self, rng: off.OffsetRange, report_dir: str | None = None,
+                 report_shared: bool = False) -> None:
         super().__init__(rng)
         self.range = rng
+        self.report_dir = report_dir
+        self.report_shared = report_shared
 
 
 class KafkaEosDataSource(DataSource):
@@ -82,7 +93,7 @@ def _read(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa
         if getattr(partition, "value", None) is None:
             return iter(())
         raise TypeError(f"kafka-eos: not a partition of this source: {partition!r}")
-    return read_range(
+    batches = read_range(
         partition.range,
         options.kafka_conf,
         include_headers=options.include_headers,
@@ -92,6 +103,16 @@ def _read(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa
         cache_capacity=options.consumer_cache_capacity,
         cache_timeout_ms=options.consumer_cache_timeout_ms,
     )
+    report_dir = getattr(partition, "report_dir", None)  # absent in partitions pickled before
+    if report_dir is None or partition.range.size == 0:
+        return batches
+    return timed(batches, partition.range, report_dir, shared=partition.report_shared)
+
+
+def _key(end: off.PartitionOffsets | dict) -> str:
+    """A batch's identity on the driver: its end offsets (Spark's commit(end) gives no id)."""
+    offsets = end if not end or isinstance(next(iter(end)), tuple) else off.from_json(end)
+    return repr(sorted(offsets.items()))
 
 
 def _plan(options: KafkaSourceOptions, start: off.PartitionOffsets,
@@ -154,6 +175,11 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         self._target: off.PartitionOffsets | None = None  # Trigger.AvailableNow's end
         self._latest: off.PartitionOffsets | None = None
         self._initial: dict | None = None
+        # Metrics and group commits of completed batches (sources/batch_metrics.py).
+        self._planned: dict[str, tuple[PlannedBatch, str | None]] = {}
+        self._reports: ReportDirs | None = None
+        self._committer = (GroupOffsetCommitter(options.kafka_conf, options.commit_group)
+                           if options.commit_group else None)
 
     def initialOffset(self) -> dict:
         # Only a fresh query calls this: a topic or partition that does not exist is a bad
@@ -184,6 +210,10 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
             self._target = self.resolver.latest(tps)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # `start` is where the last batch ended, and that batch has completed: Spark plans the
+        # next one only then. Spark's own commit(end) comes later, once a next batch is
+        # decided, and never for the last batch of a Trigger.AvailableNow run.
+        self._completed(start)
         begin = off.from_json(start)
         with self._dropping_client_on_error():
             latest = self._settled_latest(begin)
@@ -279,15 +309,84 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
                 f"the offsets of {tp[0]}-{tp[1]} went back from {logged[tp]} to {stop[tp]} "
                 "(topic recreated?)",
             )
-        return _plan(self.options, begin, stop)  # type: ignore[return-value]
+        plan = _plan(self.options, begin, stop)
+        report_dir = self._report_dir(stop)
+        if report_dir is not None:
+            for p in plan:
+                p.report_dir, p.report_shared = report_dir, self._reports.shared  # type: ignore[union-attr]
+        key = _key(stop)
+        if key not in self._planned:
+            # The latest offsets known when this end was chosen; unknown for a batch logged by
+            # an earlier run and replayed now.
+            latest = dict(self._latest) if self._latest is not None else None
+            self._planned[key] = (
+                PlannedBatch(begin, stop, tuple(p.range for p in plan), latest), report_dir)
+            while len(self._planned) > MAX_PLANNED:  # plans never completed (replanned)
+                del self._planned[next(iter(self._planned))]
+        return plan  # type: ignore[return-value]
+
+    def _report_dir(self, end: off.PartitionOffsets) -> str | None:
+        location = self.options.task_metrics_location
+        if location == TASK_METRICS_OFF:
+            return None
+        try:
+            if self._reports is None:
+                self._reports = ReportDirs(location)
+            return self._reports.for_batch(end)
+        except Exception as e:  # monitoring only
+            log.warning("kafka-eos: cannot prepare the task metrics directory (%s); this "
+                        "batch is reported without read times", e)
+            return None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: the offsets are Spark's state, not a consumer group's."""
+        """The batch ending at `end` completed (usually already seen by latestOffset)."""
+        self._completed(end)
+
+    def _completed(self, end_json: dict) -> None:
+        """A batch ending at `end_json` has completed: log its metrics line, and with
+        commitOffsetsToGroup commit its end offsets to the group. Never raises: both are
+        monitoring, and the checkpoint stays the query's truth."""
+        try:
+            end = off.from_json(end_json)
+            key = _key(end)
+            planned = self._planned.pop(key, None)
+            if self._committer is not None:
+                self._committer.commit(end)
+            if planned is not None:
+                batch, report_dir = planned
+                reports = self._reports.collect(report_dir) if (
+                    report_dir is not None and self._reports is not None) else []
+                line = batch_line(self._describe(), batch, reports,
+                                  group=self.options.commit_group)
+                if line["tasks_without_report"] and report_dir is not None:
+                    self._warn_missing_reports(line["tasks_without_report"], len(batch.ranges))
+                emit(line)
+        except Exception as e:
+            log.warning("kafka-eos: the metrics of a completed batch failed: %s", e)
+
+    _warned_missing = False
+
+    def _warn_missing_reports(self, missing: int, tasks: int) -> None:
+        if self._warned_missing:
+            return
+        self._warned_missing = True
+        log.warning(
+            "kafka-eos: %d of %d task(s) left no read metrics where the driver could read "
+            "them; their rows and read times are missing from the batch metrics line. On a "
+            "cluster, set the source option taskMetricsLocation to storage that executors and "
+            "the driver share (or 'none' to stop collecting them)", missing, tasks)
+
+    def _describe(self) -> str:
+        return f"{FORMAT_NAME} {self.options.subscription.describe()}"
 
     def stop(self) -> None:
+        if self._committer is not None:
+            self._committer.close()
+        if self._reports is not None:
+            self._reports.close()
         self._close()
 
 

@@ -1,0 +1,158 @@
+"""The source's per-batch metrics line: what a batch read and how far the query is behind.
+
+One INFO line per completed batch on the `kafka_eos.source` logger (the sinks log theirs on
+`kafka_eos.sink`), and the same JSON appended to the file named by KAFKA_EOS_SOURCE_METRICS_FILE
+when set. The sinks' file (KAFKA_EOS_METRICS_FILE) is not shared: its readers (the demo, the
+benchmarks) take every line there for a sink's.
+
+Offsets behind latest are Spark's Kafka source's metrics (`avgOffsetsBehindLatest`, ...): for
+each partition, the latest offset known when the batch was planned minus the batch's end.
+PySpark's Python stream reader cannot add metrics to StreamingQueryProgress (its JVM side does
+not implement ReportsSourceMetrics in 4.3); the latest offsets reach the progress through
+`reportLatestOffset`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sources.offsets import OffsetRange, PartitionOffsets, TopicPartition
+
+log = logging.getLogger("kafka_eos.source")
+
+#: If set (in the environment of the driver's Python workers), each batch's line is appended
+#: to this local file as one JSON line.
+SOURCE_METRICS_ENV = "KAFKA_EOS_SOURCE_METRICS_FILE"
+
+
+def structured_logger() -> logging.Logger:
+    """The metrics logger, with a handler of its own: Spark's Python workers configure no
+    logging, so an INFO line would otherwise go nowhere (as the sinks' logger does)."""
+    if not any(getattr(h, "kafka_eos", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.kafka_eos = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    return log
+
+
+def name_of(tp: TopicPartition) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+def offsets_behind_latest(
+    end: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]
+) -> dict[str, float | int] | None:
+    """Spark's Kafka source metrics over every partition with a known latest offset: how many
+    offsets each is behind after the batch (latest - end; a partition new to the query counts
+    from 0, as in Spark). Never negative: a latest offset that went back is not a lead.
+    None when nothing is known (a batch replayed after a restart was planned by another run)."""
+    if not latest:
+        return None
+    behind = [max(0, high - end.get(tp, 0)) for tp, high in latest.items()]
+    return {
+        "avgOffsetsBehindLatest": round(sum(behind) / len(behind), 1),
+        "maxOffsetsBehindLatest": max(behind),
+        "minOffsetsBehindLatest": min(behind),
+    }
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What one task read: one range, its rows, and the time spent reading it (ms)."""
+
+    batch: int | None
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    rows: int
+    read_ms: float
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> TaskReport:
+        return cls(**{k: doc[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """What the driver knows of a batch it planned: its offsets, its tasks, and the latest
+    offsets known when its end was chosen (None for a batch replayed after a restart)."""
+
+    start: PartitionOffsets
+    end: PartitionOffsets
+    ranges: tuple[OffsetRange, ...]
+    latest: PartitionOffsets | None
+
+
+def batch_line(
+    source: str,
+    planned: PlannedBatch,
+    reports: Sequence[TaskReport],
+    *,
+    group: str | None = None,
+) -> dict[str, Any]:
+    """The JSON of a completed batch. Rows and read times come from the tasks' reports; a
+    range without one (its task ran where the report could not reach the driver) counts its
+    offsets and has no time. Ranges of one partition (maxRecordsPerPartition) are summed."""
+    by_range = {(r.topic, r.partition, r.from_offset): r for r in reports}
+    parts: dict[str, dict[str, Any]] = {}
+    missing = 0
+    for rng in planned.ranges:
+        if rng.size == 0:
+            continue
+        entry = parts.setdefault(name_of((rng.topic, rng.partition)),
+                                 {"offsets": 0, "rows": 0, "ms": 0.0})
+        entry["offsets"] += rng.size
+        report = by_range.get((rng.topic, rng.partition, rng.from_offset))
+        if report is None:
+            missing += 1
+            entry["rows"] = None
+            entry["ms"] = None
+            continue
+        if entry["rows"] is not None:
+            entry["rows"] += report.rows
+            entry["ms"] = round(entry["ms"] + report.read_ms, 1)
+    timed = {name: e for name, e in parts.items() if e["ms"] is not None}
+    slowest = max(timed, key=lambda name: timed[name]["ms"], default=None)
+    batches = {r.batch for r in reports if r.batch is not None}
+    line: dict[str, Any] = {
+        "source": source,
+        "batch": batches.pop() if len(batches) == 1 else None,
+        "rows": None if missing else sum(e["rows"] for e in parts.values()),
+        "offsets": sum(e["offsets"] for e in parts.values()),
+        "read_ms_max": timed[slowest]["ms"] if slowest else None,
+        "slowest_partition": slowest,
+        "tasks_without_report": missing,
+        **(offsets_behind_latest(planned.end, planned.latest or {}) or {}),
+        "partitions": parts,
+    }
+    if group is not None:
+        line["committed_to_group"] = group
+    return line
+
+
+def emit(line: Mapping[str, Any]) -> None:
+    """Log the line, and append it to the metrics file if one is configured; a file that
+    cannot be written is a warning, never a failed query."""
+    text = json.dumps(line)
+    structured_logger().info("batch read %s", text)
+    path = os.environ.get(SOURCE_METRICS_ENV)
+    if path:
+        try:
+            with open(path, "a") as f:
+                f.write(text + "\n")
+        except OSError as e:
+            log.warning("kafka-eos: cannot append the batch metrics to %s=%s: %s",
+                        SOURCE_METRICS_ENV, path, e)

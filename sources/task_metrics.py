@@ -1,0 +1,138 @@
+"""How a task's read time and row count reach the driver's batch metrics line.
+
+PySpark's Python data source gives readers no accumulators and no task metrics, so each task
+leaves a small JSON report in a per-batch directory the driver planned, and the driver reads
+them when the batch has completed (then deletes the directory). The cost is one small file
+write per task and one listing per batch: no broker round trip.
+
+By default the directory is in the driver's temp dir: that serves local mode and executors on
+the driver's machine. A task that runs elsewhere finds no such directory and writes nothing
+(nothing left behind on executors); its range is then reported without rows or time. On a
+cluster, `taskMetricsLocation` names storage that executors and the driver share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from connectors.paths import resolve
+from sources.batch_metrics import TaskReport
+from sources.offsets import OffsetRange, PartitionOffsets, to_json
+
+log = logging.getLogger(__name__)
+
+OPTION = "taskMetricsLocation"
+
+
+class ReportDirs:
+    """The driver's side: one base directory per stream reader, one subdirectory per batch."""
+
+    def __init__(self, location: str | None) -> None:
+        """`location`: None for a directory in the driver's temp dir, else a normalised path
+        or URI (the reader's directory is a new subdirectory of it)."""
+        self.shared = location is not None
+        if location is None:
+            self.base = tempfile.mkdtemp(prefix="kafka-eos-source-metrics-")
+        else:
+            self.base = f"{location.rstrip('/')}/kafka-eos-source-{uuid.uuid4().hex[:12]}"
+
+    def for_batch(self, end: PartitionOffsets) -> str:
+        """The batch's directory (created now), named by its end offsets: a batch planned
+        twice gets the same one."""
+        digest = hashlib.sha1(json.dumps(to_json(end), sort_keys=True).encode()).hexdigest()
+        path = f"{self.base}/{digest[:20]}"
+        loc = resolve(OPTION, path)
+        loc.fs.create_dir(loc.path, recursive=True)
+        return path
+
+    def collect(self, batch_dir: str) -> list[TaskReport]:
+        """Every report in `batch_dir`, which is deleted; never raises (monitoring only)."""
+        reports: list[TaskReport] = []
+        try:
+            loc = resolve(OPTION, batch_dir)
+            infos = loc.fs.get_file_info(pafs.FileSelector(loc.path, allow_not_found=True))
+            for info in infos:
+                if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
+                    continue
+                with loc.fs.open_input_stream(info.path) as f:
+                    reports.append(TaskReport.from_json(json.loads(f.read())))
+            loc.fs.delete_dir(loc.path)
+        except Exception as e:
+            log.warning("kafka-eos: cannot read the tasks' read metrics in %s: %s", batch_dir, e)
+        return reports
+
+    def close(self) -> None:
+        try:
+            if self.shared:
+                loc = resolve(OPTION, self.base)
+                loc.fs.delete_dir(loc.path)
+            else:
+                shutil.rmtree(self.base, ignore_errors=True)
+        except Exception as e:
+            log.info("kafka-eos: cannot remove the task metrics directory %s: %s", self.base, e)
+
+
+def write_report(batch_dir: str, report: TaskReport, *, shared: bool) -> None:
+    """A task's side: leave `report` in `batch_dir`. Without a shared location, only where the
+    directory exists (the task runs on the driver's machine). Never raises."""
+    try:
+        loc = resolve(OPTION, batch_dir)
+        if not shared and loc.fs.get_file_info(loc.path).type != pafs.FileType.Directory:
+            return
+        name = f"{report.topic}-{report.partition}-{report.from_offset}.json"
+        data = json.dumps(report.to_json()).encode()
+        if loc.is_local:  # written aside, then renamed: the driver never reads half a file
+            tmp = f"{loc.path}/.{name}.{uuid.uuid4().hex[:8]}"
+            with loc.fs.open_output_stream(tmp) as f:
+                f.write(data)
+            loc.fs.move(tmp, f"{loc.path}/{name}")
+        else:  # an object store's PUT is atomic
+            with loc.fs.open_output_stream(f"{loc.path}/{name}") as f:
+                f.write(data)
+    except Exception as e:
+        log.warning("kafka-eos: cannot leave the read metrics of %s-%s in %s: %s",
+                    report.topic, report.partition, batch_dir, e)
+
+
+def current_batch_id() -> int | None:
+    """The micro-batch the running task belongs to (Spark sets it on the job), if known."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        return int(value) if value is not None else None
+    except Exception:
+        return None
+
+
+def timed(batches: Iterator[pa.RecordBatch], rng: OffsetRange, batch_dir: str, *,
+          shared: bool) -> Iterator[pa.RecordBatch]:
+    """`batches`, passed through, counting rows and the time spent producing them (not the
+    time Spark spends with each one); the report is written when the range was read whole."""
+    rows, spent = 0, 0.0
+    try:
+        started = time.perf_counter()
+        for batch in batches:
+            spent += time.perf_counter() - started
+            rows += batch.num_rows
+            yield batch
+            started = time.perf_counter()
+        spent += time.perf_counter() - started
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+    write_report(batch_dir, TaskReport(current_batch_id(), rng.topic, rng.partition,
+                                       rng.from_offset, rng.until_offset, rows,
+                                       round(spent * 1000, 1)), shared=shared)

@@ -1,0 +1,278 @@
+"""Unit tests for the source's per-batch metrics and its opt-in group commit: the arithmetic of
+offsets behind latest, the batch line built from task reports, when a batch counts as
+completed, and the options. No broker, no Spark session."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from connectors.options import OptionError
+from sources.batch_metrics import (
+    SOURCE_METRICS_ENV,
+    PlannedBatch,
+    TaskReport,
+    batch_line,
+    offsets_behind_latest,
+)
+from sources.group_commit import GroupOffsetCommitter
+from sources.kafka_options import parse_source_options
+from sources.kafka_source import KafkaStreamReader
+from sources.offsets import OffsetRange, PartitionOffsets, TopicPartition
+from sources.task_metrics import ReportDirs, timed, write_report
+
+A0, A1, A2 = ("a", 0), ("a", 1), ("a", 2)
+
+
+# --------------------------------------------------------------------------- behind latest
+
+
+def test_offsets_behind_latest_avg_max_min():
+    got = offsets_behind_latest({A0: 10, A1: 50, A2: 7}, {A0: 40, A1: 50, A2: 8})
+    assert got == {"avgOffsetsBehindLatest": round(31 / 3, 1), "maxOffsetsBehindLatest": 30,
+                   "minOffsetsBehindLatest": 0}
+
+
+def test_a_partition_the_batch_did_not_reach_counts_from_zero_as_in_spark():
+    assert offsets_behind_latest({A0: 5}, {A0: 5, A1: 12})["maxOffsetsBehindLatest"] == 12
+
+
+def test_a_latest_offset_that_went_back_is_not_a_lead():
+    assert offsets_behind_latest({A0: 9}, {A0: 5})["minOffsetsBehindLatest"] == 0
+
+
+def test_nothing_known_nothing_reported():
+    assert offsets_behind_latest({A0: 9}, {}) is None
+
+
+# --------------------------------------------------------------------------- the batch line
+
+
+def _planned(ranges, latest=None) -> PlannedBatch:
+    end = {}
+    for r in ranges:
+        end[(r.topic, r.partition)] = max(end.get((r.topic, r.partition), 0), r.until_offset)
+    return PlannedBatch({}, end, tuple(ranges), latest)
+
+
+def test_line_sums_the_ranges_of_one_partition_and_names_the_slowest():
+    ranges = [OffsetRange("a", 0, 0, 10), OffsetRange("a", 0, 10, 20), OffsetRange("a", 1, 5, 9)]
+    reports = [TaskReport(7, "a", 0, 0, 10, 10, 3.0), TaskReport(7, "a", 0, 10, 20, 8, 4.5),
+               TaskReport(7, "a", 1, 5, 9, 4, 6.0)]
+    line = batch_line("kafka-eos subscribe=['a']", _planned(ranges, {A0: 25, A1: 9}), reports)
+    assert line["batch"] == 7
+    assert line["rows"] == 22 and line["offsets"] == 24  # 2 offsets were markers
+    assert line["partitions"]["a-0"] == {"offsets": 20, "rows": 18, "ms": 7.5}
+    assert line["slowest_partition"] == "a-0" and line["read_ms_max"] == 7.5
+    assert line["maxOffsetsBehindLatest"] == 5 and line["minOffsetsBehindLatest"] == 0
+    assert line["tasks_without_report"] == 0
+    assert "committed_to_group" not in line
+
+
+def test_a_range_without_report_has_no_rows_or_time_and_the_total_is_unknown():
+    ranges = [OffsetRange("a", 0, 0, 10), OffsetRange("a", 1, 0, 3)]
+    line = batch_line("s", _planned(ranges), [TaskReport(1, "a", 1, 0, 3, 3, 1.0)], group="g")
+    assert line["rows"] is None and line["tasks_without_report"] == 1
+    assert line["partitions"]["a-0"] == {"offsets": 10, "rows": None, "ms": None}
+    assert line["slowest_partition"] == "a-1"
+    assert "avgOffsetsBehindLatest" not in line  # a replayed batch: latest unknown
+    assert line["committed_to_group"] == "g"
+
+
+# --------------------------------------------------------------------------- task reports
+
+
+def _batches(rows: list[int]):
+    for n in rows:
+        yield pa.RecordBatch.from_pydict({"x": list(range(n))})
+
+
+def test_a_task_reports_its_rows_and_read_time(tmp_path):
+    dirs = ReportDirs(str(tmp_path / "m"))
+    batch_dir = dirs.for_batch({A0: 10})
+    rng = OffsetRange("a", 0, 0, 10)
+    assert sum(b.num_rows for b in timed(_batches([4, 6]), rng, batch_dir, shared=False)) == 10
+    (report,) = dirs.collect(batch_dir)
+    assert (report.rows, report.from_offset, report.until_offset) == (10, 0, 10)
+    assert report.read_ms >= 0
+    assert not os.path.exists(batch_dir)  # collected once, then gone
+
+
+def test_a_task_that_failed_reports_nothing(tmp_path):
+    dirs = ReportDirs(str(tmp_path / "m"))
+    batch_dir = dirs.for_batch({A0: 10})
+
+    def failing():
+        yield from _batches([3])
+        raise RuntimeError("broker gone")
+
+    with pytest.raises(RuntimeError):
+        list(timed(failing(), OffsetRange("a", 0, 0, 10), batch_dir, shared=False))
+    assert dirs.collect(batch_dir) == []
+
+
+def test_a_task_far_from_the_driver_leaves_nothing_behind(tmp_path):
+    """The default directory is the driver's: where it does not exist, nothing is written."""
+    elsewhere = str(tmp_path / "driver-only" / "batch")
+    write_report(elsewhere, TaskReport(0, "a", 0, 0, 1, 1, 1.0), shared=False)
+    assert not os.path.exists(elsewhere)
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+class _Resolver:
+    def __init__(self, highs: list[PartitionOffsets]) -> None:
+        self.highs = highs
+
+    def close(self) -> None:
+        pass
+
+    def partitions(self, *, strict: bool) -> list[TopicPartition]:
+        return sorted(self.highs[0])
+
+    def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        answer = self.highs.pop(0) if len(self.highs) > 1 else self.highs[0]
+        return {tp: answer[tp] for tp in tps}
+
+
+class _Committer:
+    def __init__(self) -> None:
+        self.commits: list[PartitionOffsets] = []
+
+    def commit(self, offsets: PartitionOffsets) -> bool:
+        if self.commits and self.commits[-1] == offsets:
+            return False
+        self.commits.append(dict(offsets))
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def _reader(highs, **extra) -> KafkaStreamReader:
+    raw = {"kafka.bootstrap.servers": "nowhere:9092", "subscribe": "a", **extra}
+    reader = KafkaStreamReader(parse_source_options(raw, batch=False))
+    reader._resolver = _Resolver(highs)
+    return reader
+
+
+def _lines(caplog) -> list[dict]:
+    return [json.loads(r.getMessage().split("batch read ", 1)[1])
+            for r in caplog.records if r.name == "kafka_eos.source"]
+
+
+@pytest.fixture
+def caplog_source(caplog):
+    logger = logging.getLogger("kafka_eos.source")
+    logger.addHandler(caplog.handler)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+def test_a_batch_completes_when_the_next_is_planned_and_is_reported_once(
+        caplog_source, tmp_path, monkeypatch):
+    metrics_file = tmp_path / "source.jsonl"
+    monkeypatch.setenv(SOURCE_METRICS_ENV, str(metrics_file))
+    reader = _reader([{A0: 100, A1: 30}], maxOffsetsPerTrigger="40",
+                     taskMetricsLocation=str(tmp_path / "m"))
+    reader._committer = _Committer()
+    start = {"a": {"0": 0, "1": 0}}
+    end = reader.latestOffset(start, ReadMaxRows(40))
+    assert reader._committer.commits == [{A0: 0, A1: 0}]  # the query's position at start
+    plan = reader.partitions(start, end)
+    for p in plan:  # the tasks
+        list(timed(_batches([p.range.size]), p.range, p.report_dir, shared=p.report_shared))
+    assert _lines(caplog_source) == []  # not completed yet
+    reader.latestOffset(end, ReadMaxRows(40))  # Spark plans the next batch: this one is done
+    reader.commit(end)  # Spark's own commit, later: nothing twice
+    (line,) = _lines(caplog_source)
+    assert line["rows"] == 40 == line["offsets"]
+    ends = {(t, int(p)): o for t, ps in end.items() for p, o in ps.items()}
+    behind = [100 - ends[A0], 30 - ends[A1]]
+    assert line["maxOffsetsBehindLatest"] == max(behind)
+    assert line["minOffsetsBehindLatest"] == min(behind)
+    assert line["avgOffsetsBehindLatest"] == sum(behind) / 2
+    assert reader._committer.commits[-1] == ends and len(reader._committer.commits) == 2
+    assert [json.loads(x) for x in metrics_file.read_text().splitlines()] == [line]
+
+
+def test_a_replayed_batch_is_reported_without_behind_latest(caplog_source, tmp_path):
+    reader = _reader([{A0: 100}], taskMetricsLocation="none")
+    start, end = {"a": {"0": 0}}, {"a": {"0": 10}}
+    reader.partitions(start, end)  # logged by an earlier run: no latestOffset before it
+    reader.commit(end)
+    (line,) = _lines(caplog_source)
+    assert line["offsets"] == 10 and line["rows"] is None and line["tasks_without_report"] == 1
+    assert "maxOffsetsBehindLatest" not in line
+
+
+def test_no_line_and_no_commit_without_a_new_batch(caplog_source):
+    reader = _reader([{A0: 5}])
+    reader._committer = _Committer()
+    for _ in range(3):
+        reader.latestOffset({"a": {"0": 5}}, ReadAllAvailable())
+    assert _lines(caplog_source) == [] and reader._committer.commits == [{A0: 5}]
+
+
+# --------------------------------------------------------------------------- the options
+
+
+def _parse(batch, **extra):
+    return parse_source_options({"kafka.bootstrap.servers": "b:9092", "subscribe": "a", **extra},
+                                batch=batch)
+
+
+@pytest.mark.parametrize("batch", [False, None])
+def test_commit_to_group_needs_kafka_group_id(batch):
+    with pytest.raises(OptionError, match=r"Option 'commitOffsetsToGroup'.*'kafka.group.id'"):
+        _parse(batch, commitOffsetsToGroup="true")
+
+
+def test_commit_to_group_is_off_by_default_and_uses_kafka_group_id():
+    assert _parse(False, **{"kafka.group.id": "lag"}).commit_group is None
+    assert _parse(False, commitOffsetsToGroup="TRUE", **{"kafka.group.id": " lag "}).commit_group \
+        == "lag"
+
+
+def test_commit_to_group_is_ignored_in_batch_reads_with_a_warning(caplog):
+    assert _parse(True, commitOffsetsToGroup="true").commit_group is None
+    assert "commitOffsetsToGroup applies to streaming queries only" in caplog.text
+
+
+def test_commit_to_group_takes_true_or_false_only():
+    with pytest.raises(OptionError, match="Option 'commitOffsetsToGroup': expected 'true'"):
+        _parse(False, commitOffsetsToGroup="sometimes", **{"kafka.group.id": "g"})
+
+
+def test_task_metrics_location():
+    assert _parse(False).task_metrics_location is None
+    assert _parse(False, taskMetricsLocation="NONE").task_metrics_location == "none"
+    assert _parse(False, taskMetricsLocation="file:///shared/m/").task_metrics_location \
+        == "/shared/m"
+    with pytest.raises(OptionError, match="Option 'taskMetricsLocation'"):
+        _parse(False, taskMetricsLocation="ftp://x/y")
+
+
+# --------------------------------------------------------------------------- the committer
+
+
+def test_a_commit_that_cannot_be_made_is_a_warning_never_an_error(caplog):
+    committer = GroupOffsetCommitter({"bootstrap.servers": "b:9092", "no.such.setting": "1"},
+                                     "g", wait_s=0.1)
+    assert committer.commit({A0: 5}) is False
+    assert committer.failures == 1
+    assert "committing offsets to consumer group 'g' failed" in caplog.text
+
+
+def test_the_same_offsets_are_committed_once():
+    committer = GroupOffsetCommitter({"bootstrap.servers": "b:9092"}, "g", wait_s=0.0)
+    committer._last = {A0: 5}
+    assert committer.commit({A0: 5}) is False
+    assert committer.commit({}) is False
