@@ -57,21 +57,13 @@ class RecoveryPlan:
             return ["nothing: the batch is done in the sink's log"]
         out: list[str] = []
         if self.commit:
-            out.append(f"commit partition(s) {_list(self.commit)} (decided, not yet committed; "
-                       "a store that already records the batch is only marked)")
-        elif self.decided:
-            out.append("commit nothing: every decided partition is committed")
+            out.append(f"commit decided partition(s) {_list(self.commit)}")
         if self.abort:
-            what = "prepared handle(s), no decision" if not self.decided else \
-                "prepared handle(s) no decision names (failed or superseded attempts)"
-            out.append(f"abort {len(self.abort)} {what}"
+            which = "undecided" if not self.decided else "superseded (no decision names them)"
+            out.append(f"abort {len(self.abort)} {which} handle(s)"
                        + (f" of partition(s) {_list(self.abort_partitions)}"
                           if self.abort_partitions else ""))
-        if self.decided:
-            out.append("mark the batch done (a lost commit leaves it pending: the replay "
-                       "rewrites that partition)")
-        else:
-            out.append("forget the batch's records: Spark's replay writes the batch afresh")
+        out.append("mark the batch done" if self.decided else "forget the batch's records")
         return out
 
 
