@@ -68,6 +68,7 @@ def describe_handle(h: Handle, now_ms: int, open_txn: bool) -> dict[str, Any]:
                    bytes=sum(int(a.get("size", 0)) for a in adds))
     else:
         out["keys"] = sorted(h)
+    out["handle"] = h  # the whole record, for scripts (redacted with the rest of the report)
     return out
 
 

@@ -126,7 +126,8 @@ def _postgres_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptio
     prefix = handles[0]["gid"].rsplit("-", 3)[0]
     options = PostgresOptions(
         url=store.pg_url, target=redacted_url(params), password=params.get("password"),
-        table=TableName.parse(store.pg_table or "postgres_eos_table"), create_table=False,
+        table=TableName.parse(store.pg_table) if store.pg_table else TableName(None, "?"),
+        create_table=False,
         gid_prefix=prefix,
     )
     return PostgresSink(_settings(cp, "postgres-eos", store), options, pa.schema([]))
