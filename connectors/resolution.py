@@ -203,7 +203,7 @@ def build_sink(cp: SparkCheckpoint, plan: RecoveryPlan, store: StoreOptions):
     handles = [*plan.commit.values(), *plan.abort]
     kinds = {handle_kind(h) for h in handles}
     if not kinds:
-        return _NoHandles(_settings(cp, "none", store))
+        return _storeless_sink(_settings(cp, "none", store))
     if len(kinds) > 1 or "unknown" in kinds:
         raise ResolveError(f"batch {plan.batch_id}: handles of an unknown or mixed kind "
                            f"({sorted(kinds)}): not settled by resolve")
@@ -215,7 +215,7 @@ def build_sink(cp: SparkCheckpoint, plan: RecoveryPlan, store: StoreOptions):
     return _delta_sink(cp, handles, store, plan)
 
 
-def _NoHandles(settings):
+def _storeless_sink(settings):
     """A sink for a batch whose plan touches no store (a log entry without handles): the
     writer marks or forgets the batch and calls nothing of it."""
     from sinks.two_phase_commit import TwoPhaseCommitSink

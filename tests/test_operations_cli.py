@@ -208,3 +208,16 @@ def test_inspect_reads_a_checkpoint_on_s3(ckpt):
     assert report["sink_log"]["pending"] == [2]
     assert [b["batch"] for b in report["batches"]] == [0, 1, 2]
     assert report["batches"][1]["source"][0]["total"] == 25
+
+
+def test_resolve_settles_a_batch_without_handles_with_no_store_flags(tmp_path, capsys):
+    """A crash inside the log's garbage collection can leave a batch directory without handles:
+    recovery forgets it, touching no store, and so does resolve (no store flag needed)."""
+    path = str(tmp_path / "ckpt")
+    spark_batch(path, 5, {"in": {"0": 50}}, committed=False)
+    os.makedirs(os.path.join(path, "eos-sink", "5"))
+    rc, out, err = run(capsys, "resolve", path, "--apply", "--force")
+    assert rc == 0 and "batch 5 (no handles): forget the batch's records" in out, out + err
+    assert not os.path.exists(os.path.join(path, "eos-sink", "5"))
+    rc, out, _ = run(capsys, "resolve", path, "--apply", "--force")
+    assert rc == 0 and "nothing to do" in out
