@@ -221,10 +221,10 @@ def render_text(report: dict[str, Any], *, summary_only: bool = False) -> str:
     lines = [f"checkpoint {report['checkpoint']}"
              + (f" (query {report['query_id']})" if report["query_id"] else "")]
     committed = s["last_committed_batch"]
-    lines.append(f"  Spark: offsets of batches {s['offsets']}; committed through "
-                 f"{'batch ' + str(committed) if committed is not None else 'no batch'}")
+    lines.append(f"  Spark: offsets logged for batches {s['offsets']}; committed through "
+                 f"{'batch ' + str(committed) if committed is not None else 'none yet'}")
     sl = report["sink_log"]
-    lines.append(f"  sink log (eos-sink): batches {sl['batches']}; pending "
+    lines.append(f"  sink log (eos-sink): batches {sl['batches']}; pending: "
                  f"{', '.join(map(str, sl['pending'])) or 'none'}")
     if report["last_write"]:
         lw = report["last_write"]

@@ -111,7 +111,8 @@ class SparkCheckpoint:
             selector = pafs.FileSelector(f"{self.root}/{sub}", allow_not_found=True,
                                          recursive=recursive)
             for info in self.fs.get_file_info(selector):
-                if info.type != pafs.FileType.File or info.mtime is None:
+                if (info.type != pafs.FileType.File or info.mtime is None
+                        or info.base_name.startswith(".")):  # Hadoop's .crc, temporary files
                     continue
                 mtime = info.mtime.timestamp()
                 if newest is None or mtime > newest[0]:
