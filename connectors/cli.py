@@ -1,8 +1,10 @@
-"""The command line: `python -m connectors demo ...`, also installed as `kafka-eos demo ...`.
+"""The command line: `python -m connectors demo|inspect|resolve ...`, also installed as
+`kafka-eos ...`.
 
 Bad arguments get one line on stderr and exit status 2, never a traceback. Exit status 1 means
-the demo ran and its verification found a duplicate or a missing record; 3 that it could not
-run (no Java, an unreachable cluster, a failed pipeline).
+the demo ran and its verification found a duplicate or a missing record; 3 that a command could
+not run (no Java, an unreachable cluster, a failed pipeline, a path that is not a checkpoint,
+a store resolve cannot reach); 4 that resolve refused because the query may be running.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from typing import NoReturn
 
 EXIT_OK, EXIT_VERIFICATION_FAILED, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
+EXIT_QUERY_MAY_BE_RUNNING = 4
 PROG = "kafka-eos"
 _HOST_PORT = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
 
@@ -121,7 +124,91 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(command_parser=demo)  # its errors read "kafka-eos demo: error: ..."
     demo.add_argument("--timeout", type=_positive_int, default=900, metavar="SECONDS",
                       help="give up after this long")
+    _add_operator_commands(commands)
     return parser
+
+
+def _add_operator_commands(commands) -> None:
+    """`inspect` and `resolve`: a stopped query's checkpoint, read and settled without Spark
+    (docs/operations.md)."""
+    from connectors.inspection import DEFAULT_BATCHES
+    from connectors.resolution import DEFAULT_COMMIT_TIMEOUT_MS, DEFAULT_MIN_IDLE_S
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="show a query's checkpoint: offsets, commits, the sink's transactions, and what "
+             "a restart would do",
+        description=(
+            "Read a Structured Streaming checkpoint without Spark (local, file://, s3://, gs://, "
+            "abfss://...) and print, per recent batch: the source's offsets, whether Spark "
+            "committed it, the exactly-once sink's transaction log (prepared, decided, "
+            "committed, done) with its handles, the age of open Kafka transactions against "
+            "their timeout, and what a restart's recovery would do. Writes nothing, contacts "
+            "no store; secrets are never shown."
+        ),
+        formatter_class=_Help,
+    )
+    inspect.add_argument("checkpoint", metavar="CHECKPOINT", help="the query's checkpointLocation")
+    window = inspect.add_mutually_exclusive_group()
+    window.add_argument("--batches", type=_non_negative_int, default=DEFAULT_BATCHES, metavar="N",
+                        help="show the last N batches (batches the sink has not settled are "
+                             "always shown)")
+    window.add_argument("--all", action="store_true", help="show every batch")
+    window.add_argument("--batch", type=_non_negative_int, default=None, metavar="ID",
+                        help="show this batch only")
+    inspect.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    inspect.add_argument("--summary", action="store_true",
+                         help="print the summary only, no batch detail")
+    inspect.set_defaults(command_parser=inspect)
+
+    resolve = commands.add_parser(
+        "resolve",
+        help="do what a restart's recovery would do (commit decided, abort undecided "
+             "transactions) without starting the query",
+        description=(
+            "Settle the batches a stopped query left pending in its exactly-once sink's "
+            "transaction log, with the sink's own recovery: decided transactions are "
+            "committed, undecided ones aborted, exactly as a restart would. Dry run unless "
+            "--apply. Idempotent. Refuses while the checkpoint was written to within "
+            "--min-idle seconds (the query may be running) unless --force. The checkpoint does "
+            "not record the sink's options: name the store with the flags below; secrets go in "
+            "the environment or a properties file, never on the command line."
+        ),
+        formatter_class=_Help,
+    )
+    resolve.add_argument("checkpoint", metavar="CHECKPOINT", help="the query's checkpointLocation")
+    resolve.add_argument("--apply", action="store_true",
+                         help="act (default: print the plan only)")
+    resolve.add_argument("--force", action="store_true",
+                         help="act even though the checkpoint was written to recently (only "
+                              "when you know the query is stopped)")
+    resolve.add_argument("--min-idle", type=_non_negative_int, default=DEFAULT_MIN_IDLE_S,
+                         metavar="SECONDS",
+                         help="refuse to act if anything in the checkpoint is younger than this")
+    resolve.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    kafka = resolve.add_argument_group("kafka-eos sink")
+    kafka.add_argument("--bootstrap", type=_bootstrap, default=None, metavar="HOST:PORT",
+                       help="the output cluster's bootstrap servers")
+    kafka.add_argument("--kafka-config", default=None, metavar="PATH",
+                       help="Kafka client settings (Java-style properties file: "
+                            "security.protocol, sasl.*, ssl.*...), secrets included")
+    kafka.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="a non-secret Kafka client setting (repeatable)")
+    pg = resolve.add_argument_group("postgres-eos sink")
+    pg.add_argument("--pg-url-env", default=None, metavar="VAR",
+                    help="the environment variable holding the libpq URL (with its password)")
+    pg.add_argument("--pg-table", default=None, metavar="NAME", help="the table (for messages)")
+    delta = resolve.add_argument_group("delta-eos sink")
+    delta.add_argument("--table", default=None, metavar="PATH", help="the Delta table's path")
+    delta.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="a non-secret storage option (repeatable; credentials from the "
+                            "standard environment, e.g. AWS_*)")
+    delta.add_argument("--app-id", default=None,
+                       help="the sink's appId option, if the query set one")
+    resolve.add_argument("--commit-timeout", type=_positive_int,
+                         default=DEFAULT_COMMIT_TIMEOUT_MS // 1000, metavar="SECONDS",
+                         help="give up a commit (with its retries) after this long")
+    resolve.set_defaults(command_parser=resolve)
 
 
 def _kafka_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
@@ -152,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    if args.command == "inspect":
+        return _inspect(args)
+    if args.command == "resolve":
+        return _resolve(args)
     if args.partitions > args.records:
         parser.error(f"argument --records: must be at least --partitions ({args.partitions})")
     kafka_config: dict[str, str] = {}
@@ -180,3 +271,88 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG} demo: interrupted", file=sys.stderr)
         return 130
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from connectors.inspection import NoSuchBatch, inspect_checkpoint, render_json, render_text
+    from connectors.spark_checkpoint import NotACheckpoint
+
+    try:
+        report = inspect_checkpoint(args.checkpoint, batches=None if args.all else args.batches,
+                                    batch=args.batch)
+    except (NotACheckpoint, NoSuchBatch, OSError, ValueError) as exc:
+        print(f"{PROG} inspect: error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    print(render_json(report) if args.json else render_text(report, summary_only=args.summary),
+          end="" if not args.json else "\n")
+    return EXIT_OK
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    from connectors.options import OptionError
+    from connectors.redaction import redact_text
+    from connectors.resolution import (
+        QueryMayBeRunning,
+        ResolveError,
+        StoreOptions,
+        parse_key_values,
+        render_text,
+        resolve_checkpoint,
+        store_from_env_var,
+    )
+    from connectors.spark_checkpoint import NotACheckpoint
+
+    parser = args.command_parser
+    try:
+        store = StoreOptions(
+            kafka_conf=_resolve_kafka_conf(parser, args),
+            pg_url=store_from_env_var(args.pg_url_env),
+            pg_table=args.pg_table,
+            delta_table=args.table,
+            storage_options=parse_key_values(args.storage_option, "--storage-option"),
+            app_id=args.app_id,
+            commit_timeout_ms=args.commit_timeout * 1000,
+        )
+    except OptionError as exc:
+        parser.error(str(exc))
+    try:
+        report = resolve_checkpoint(args.checkpoint, store, apply=args.apply, force=args.force,
+                                    min_idle_s=args.min_idle)
+    except QueryMayBeRunning as exc:
+        print(f"{PROG} resolve: refused: {exc}", file=sys.stderr)
+        return EXIT_QUERY_MAY_BE_RUNNING
+    except (NotACheckpoint, ResolveError, OptionError) as exc:
+        print(f"{PROG} resolve: error: {redact_text(str(exc))}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except Exception as exc:  # a store's failure: its message, never a traceback or a secret
+        print(f"{PROG} resolve: error: {type(exc).__name__}: {redact_text(str(exc))}",
+              file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    if args.json:
+        import json
+
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_text(report), end="")
+    return EXIT_OK
+
+
+def _resolve_kafka_conf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """--kafka-config's settings, then --kafka-option's, then --bootstrap, in librdkafka's
+    names."""
+    from connectors.kafka_security import translate
+    from connectors.resolution import parse_key_values
+
+    conf: dict[str, str] = {}
+    if args.kafka_config is not None:
+        from connectors.demo.kafka_config import KafkaConfigError, load_kafka_config
+
+        try:
+            conf.update(load_kafka_config(args.kafka_config))
+        except KafkaConfigError as exc:
+            parser.error(f"argument --kafka-config: {exc}")
+    extra = parse_key_values(args.kafka_option, "--kafka-option")
+    conf.update(translate({k.removeprefix("kafka."): v for k, v in extra.items()}) if extra else {})
+    if args.bootstrap:
+        conf["bootstrap.servers"] = args.bootstrap
+    return conf

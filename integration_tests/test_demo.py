@@ -33,6 +33,10 @@ def test_demo_with_chaos_verifies_exactly_once(tmp_path: Path):
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}\n{log}"
     assert "PASSED: every record exactly once in both sinks." in proc.stdout
     assert "chaos: SIGKILL of the pipeline's process group (1 of 1; in flight: " in proc.stdout
+    # the first kill is followed by `kafka-eos inspect` of both checkpoints
+    for query in ("delta", "kafka"):
+        assert f"$ kafka-eos inspect {runs[0] / 'checkpoints' / query} --summary" in proc.stdout
+    assert proc.stdout.count("a restart would:") == 2, proc.stdout[:4000]
 
     (run,) = runs
     verdict = assert_every_sink_exactly_once(run, produced=3000, kills=1)

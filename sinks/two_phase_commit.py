@@ -62,6 +62,7 @@ from tenacity import (
 from connectors.options import OptionError, Options
 from connectors.paths import normalise
 from sinks import faults
+from sinks.recovery_plan import RecoveryPlan, plan_recovery
 from sinks.txn_log import Handle, TransactionLog
 
 log = logging.getLogger("kafka_eos.sink")
@@ -619,36 +620,40 @@ class TwoPhaseCommitWriter(_Protocol, DataSourceStreamArrowWriter):
 
     def _recover_batches(self, txlog: TransactionLog) -> None:
         for batch_id in txlog.pending():
-            state = txlog.state(batch_id)
-            decided = state.decided()
-            if not decided:
-                stale = state.undecided_handles()
-                if stale:
-                    log.info("%s: aborting %d undecided handle(s) of batch %d",
-                             self.sink.describe(), len(stale), batch_id)
-                    self.sink.recoverAndAbort(batch_id, stale)
-                txlog.forget(batch_id)
-                continue
-            todo = {p: h for p, h in decided.items() if p not in state.committed}
-            lost: list[int] = []
-            if todo:
-                if self.sink.isCommitted(batch_id) is True:
-                    txlog.record_committed(batch_id, sorted(todo))
-                else:
-                    log.info("%s: committing %d decided handle(s) of batch %d left by an "
-                             "earlier run", self.sink.describe(), len(todo), batch_id)
-                    lost = self._commit(batch_id, todo, recovering=True, txlog=txlog)
-            stale = state.undecided_handles()
-            if stale:
-                self.sink.recoverAndAbort(batch_id, stale)
-            if lost:
-                log.warning(
-                    "%s: batch %d: partition(s) %s were lost before their commit (e.g. the "
-                    "store's transaction timeout); the replay of the batch writes them again",
-                    self.sink.describe(), batch_id, lost,
-                )
+            self.recover_batch(txlog, plan_recovery(txlog.state(batch_id)))
+
+    def recover_batch(self, txlog: TransactionLog, plan: RecoveryPlan) -> list[int]:
+        """Carry out one batch's recovery plan (sinks/recovery_plan.py: the rules, shared with
+        the operator commands `inspect` and `resolve`); the partitions whose commit was lost."""
+        batch_id = plan.batch_id
+        if plan.done:
+            return []
+        if not plan.decided:
+            if plan.abort:
+                log.info("%s: aborting %d undecided handle(s) of batch %d",
+                         self.sink.describe(), len(plan.abort), batch_id)
+                self.sink.recoverAndAbort(batch_id, plan.abort)
+            txlog.forget(batch_id)
+            return []
+        lost: list[int] = []
+        if plan.commit:
+            if self.sink.isCommitted(batch_id) is True:
+                txlog.record_committed(batch_id, sorted(plan.commit))
             else:
-                txlog.record_done(batch_id)
+                log.info("%s: committing %d decided handle(s) of batch %d left by an "
+                         "earlier run", self.sink.describe(), len(plan.commit), batch_id)
+                lost = self._commit(batch_id, plan.commit, recovering=True, txlog=txlog)
+        if plan.abort:
+            self.sink.recoverAndAbort(batch_id, plan.abort)
+        if lost:
+            log.warning(
+                "%s: batch %d: partition(s) %s were lost before their commit (e.g. the "
+                "store's transaction timeout); the replay of the batch writes them again",
+                self.sink.describe(), batch_id, lost,
+            )
+        else:
+            txlog.record_done(batch_id)
+        return lost
 
 
 #: A failed batch job's tasks that Spark did not report may still be running when it calls

@@ -363,6 +363,8 @@ def _conduct(
                 print(f"  chaos: SIGKILL of the pipeline's process group ({kills} of {cfg.chaos}; "
                       f"in flight: {_in_flight(paths['checkpoints'])}); "
                       "restarting on the same checkpoints", file=out, flush=True)
+                if kills == 1:
+                    _print_inspection(paths["checkpoints"], out)
                 os.remove(paths["ready"])
                 pipeline.start()
                 kill_at = None
@@ -391,6 +393,23 @@ def _in_flight(checkpoints: str) -> str:
         if pending:
             busy.append(f"{query}-eos batch {pending[-1]}")
     return ", ".join(busy) or "no batch"
+
+
+def _print_inspection(checkpoints: str, out: TextIO) -> None:
+    """After the first kill: what `kafka-eos inspect` says of each query's checkpoint (the
+    batch the kill interrupted, and what the restart's recovery is about to do with it)."""
+    from connectors.inspection import inspect_checkpoint, render_text
+
+    for query in ("delta", "kafka"):
+        path = os.path.join(checkpoints, query)
+        try:
+            text = render_text(inspect_checkpoint(path, batches=1), summary_only=True)
+        except Exception as e:  # the demo goes on: inspection is a view, not a step
+            text = f"(not inspected: {type(e).__name__}: {e})\n"
+        print(f"    $ kafka-eos inspect {path} --summary", file=out)
+        for line in text.rstrip("\n").splitlines():
+            print(f"    {line}", file=out)
+    out.flush()
 
 
 def _report(t: float, producer: EventProducer, progress: Progress, kills: int,

@@ -1,0 +1,308 @@
+"""`kafka-eos inspect CHECKPOINT`: what a query's checkpoint says, batch by batch, without Spark.
+
+Per batch: the source's offsets from Spark's offset log (start = the previous batch's end),
+whether Spark committed it, the sink's transaction log (prepared, decided, committed, done)
+with the handles (Kafka transactional ids and producer id/epoch, PostgreSQL gids, Delta files),
+the age of each open Kafka transaction against its timeout, and what a restart's recovery would
+do: the plan of sinks/recovery_plan.py, the one the template's recovery carries out. Nothing is
+written and no store is contacted. Secrets never reach the output (connectors/redaction.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from connectors.redaction import redact
+from connectors.spark_checkpoint import OffsetEntry, SparkCheckpoint, idle_seconds
+from sinks.recovery_plan import RecoveryPlan, plan_recovery
+from sinks.txn_log import BatchState, Handle, TransactionLog
+
+DEFAULT_BATCHES = 10
+
+
+class NoSuchBatch(ValueError):
+    """A batch the checkpoint has no record of (no offsets, no commit, no sink log)."""
+
+
+def sink_log(checkpoint: SparkCheckpoint) -> TransactionLog:
+    """The sink's transaction log under the checkpoint, on the checkpoint's filesystem."""
+    txlog = TransactionLog(checkpoint.root, filesystem=checkpoint.fs)
+    txlog.location = checkpoint.location
+    return txlog
+
+
+def handle_kind(h: Handle) -> str:
+    """Which sink wrote a handle, from its shape (the log does not name the sink)."""
+    if "transactional_id" in h:
+        return "kafka-eos"
+    if "gid" in h:
+        return "postgres-eos"
+    if "adds" in h:
+        return "delta-eos"
+    return "unknown"
+
+
+def describe_handle(h: Handle, now_ms: int, open_txn: bool) -> dict[str, Any]:
+    """A handle as the operator needs it; for an open Kafka transaction, its age against
+    transaction.timeout.ms (past it, Kafka aborts the transaction and the replay rewrites the
+    partition)."""
+    kind = handle_kind(h)
+    out: dict[str, Any] = {"kind": kind}
+    if kind == "kafka-eos":
+        out.update(transactional_id=h["transactional_id"], producer_id=h.get("producer_id"),
+                   producer_epoch=h.get("producer_epoch"),
+                   output_partitions=[f"{t}-{p}" for t, p in h.get("partitions", [])])
+        began, timeout = h.get("began_ms"), h.get("timeout_ms")
+        if open_txn and began and timeout:
+            age_ms = now_ms - int(began)
+            out.update(began_ms=int(began), timeout_ms=int(timeout), age_s=round(age_ms / 1000, 1),
+                       timeout_left_s=round((int(timeout) - age_ms) / 1000, 1),
+                       timed_out=age_ms >= int(timeout))
+    elif kind == "postgres-eos":
+        out.update(gid=h["gid"], xid=h.get("xid"))
+    elif kind == "delta-eos":
+        adds = h.get("adds", [])
+        out.update(files=[a.get("file") for a in adds], rows=sum(int(a.get("rows", 0)) for a in adds),
+                   bytes=sum(int(a.get("size", 0)) for a in adds))
+    else:
+        out["keys"] = sorted(h)
+    out["handle"] = h  # the whole record, for scripts (redacted with the rest of the report)
+    return out
+
+
+def _source_report(entry: OffsetEntry, previous: OffsetEntry | None) -> list[dict[str, Any]]:
+    out = []
+    for i, src in enumerate(entry.sources):
+        if src.partitions is None:
+            out.append({"source": i, "offsets": src.raw})
+            continue
+        before = previous.sources[i].partitions if previous and i < len(previous.sources) else None
+        topics: dict[str, dict[str, Any]] = {}
+        for (topic, p), end in sorted(src.partitions.items()):
+            start = before.get((topic, p)) if before is not None else None
+            t = topics.setdefault(topic, {"source": i, "topic": topic, "partitions": {}, "total": 0})
+            count = end - start if start is not None else None
+            t["partitions"][str(p)] = {"start": start, "end": end, "count": count}
+            if count is None:
+                t["total"] = None
+            elif t["total"] is not None:
+                t["total"] += count
+        out.extend(topics.values())
+    return out
+
+
+def _sink_report(state: BatchState, now_ms: int) -> dict[str, Any]:
+    decided = state.decided()
+    prepared = sorted(
+        ({"partition": p, "attempt": int(name.split("-")[2]), "record": name} for name, (p, _) in
+         state.prepared.items()),
+        key=lambda r: (r["partition"], r["attempt"]),
+    )
+    handles = {}
+    for name, (p, h) in sorted(state.prepared.items(), key=lambda x: (x[1][0], x[0])):
+        open_txn = not state.done and p not in state.committed
+        entry = describe_handle(h, now_ms, open_txn)
+        entry["decided"] = decided.get(p) == h
+        handles.setdefault(str(p), []).append(entry)
+    for p, h in decided.items():  # a decided handle whose prepared record is gone
+        if not any(e["decided"] for e in handles.get(str(p), [])):
+            entry = describe_handle(h, now_ms, not state.done and p not in state.committed)
+            entry["decided"] = True
+            handles.setdefault(str(p), []).append(entry)
+    kinds = sorted({e["kind"] for es in handles.values() for e in es})
+    return {
+        "sink": kinds[0] if len(kinds) == 1 else (kinds or None),
+        "prepared": prepared,
+        "decided": bool(state.decisions),
+        "decided_partitions": sorted(decided),
+        "decisions": len(state.decisions),
+        "committed_partitions": sorted(state.committed),
+        "done": state.done,
+        "handles": handles,
+    }
+
+
+def _restart(plan: RecoveryPlan | None, offsets: bool, spark_committed: bool,
+             replayed: bool) -> list[str]:
+    """What a restart does with the batch: the sink's recovery plan, then Spark's replay."""
+    steps = plan.steps() if plan is not None and not plan.done else []
+    if offsets and not spark_committed and replayed:
+        if plan is not None and plan.decided:
+            steps.append("Spark replays it (committed partitions write nothing)")
+        else:
+            steps.append("Spark replays it from the same offsets")
+    if not steps:
+        steps.append("nothing")
+    return steps
+
+
+def inspect_checkpoint(location: str, *, batches: int | None = DEFAULT_BATCHES,
+                       batch: int | None = None, now: float | None = None) -> dict[str, Any]:
+    """The report, as a JSON-able dict (secrets redacted). `batches`: how many of the latest
+    batches (None: all); `batch`: that one only. Batches the sink has not settled are shown
+    whatever the window."""
+    cp = SparkCheckpoint(location)
+    now = time.time() if now is None else now
+    now_ms = int(now * 1000)
+    txlog = sink_log(cp)
+    offset_ids = cp.offset_batches()
+    commit_ids = set(cp.committed_batches())
+    log_ids = txlog.batches()
+    pending = txlog.pending()
+    every = sorted(set(offset_ids) | commit_ids | set(log_ids))
+    if batch is not None:
+        if batch not in every:
+            raise NoSuchBatch(
+                f"batch {batch} has no record in {cp.location}: no offsets/{batch}, no "
+                f"commits/{batch}, no eos-sink/{batch} (batches known: {_span(every)})"
+            )
+        shown = [batch]
+    else:
+        window = every if batches is None else every[-batches:] if batches > 0 else []
+        shown = sorted(set(window) | set(pending))
+    # Spark replays the last batch of its offset log when it is not committed.
+    replayed = offset_ids[-1] if offset_ids and offset_ids[-1] not in commit_ids else None
+    reports = []
+    restart: list[str] = []
+    for b in shown:
+        entry = cp.offsets(b)
+        previous = cp.offsets(b - 1) if entry is not None and b > 0 else None
+        state = txlog.state(b) if b in log_ids else None
+        plan = plan_recovery(state) if state is not None else None
+        steps = _restart(plan, entry is not None, b in commit_ids, b == replayed)
+        report = {
+            "batch": b,
+            "spark": {
+                "offsets_logged": entry is not None,
+                "batch_timestamp_ms": entry.batch_timestamp_ms if entry else None,
+                "committed": b in commit_ids,
+            },
+            "source": _source_report(entry, previous) if entry is not None else [],
+            "sink_log": _sink_report(state, now_ms) if state is not None else None,
+            "restart": steps,
+        }
+        if steps != ["nothing"]:
+            restart.append(f"batch {b}: " + "; ".join(steps))
+        reports.append(report)
+    idle = idle_seconds(cp, now)
+    return redact({
+        "checkpoint": cp.location,
+        "query_id": cp.query_id(),
+        "spark": {
+            "offsets": _span(offset_ids),
+            "last_offsets_batch": offset_ids[-1] if offset_ids else None,
+            "last_committed_batch": max(commit_ids) if commit_ids else None,
+        },
+        "sink_log": {"batches": _span(log_ids), "pending": pending},
+        "last_write": ({"seconds_ago": round(idle[0], 1),
+                        "file": idle[1][len(cp.root):].lstrip("/")} if idle else None),
+        "restart": restart or ["nothing: the checkpoint is settled"],
+        "batches": reports,
+    })
+
+
+def _span(ids: list[int] | set[int]) -> str:
+    ids = sorted(ids)
+    if not ids:
+        return "none"
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"
+    return ", ".join(map(str, ids))
+
+
+# -- text -----------------------------------------------------------------------------------
+
+
+def render_text(report: dict[str, Any], *, summary_only: bool = False) -> str:
+    """The report for a terminal: a summary, then one paragraph per batch."""
+    s = report["spark"]
+    lines = [f"checkpoint {report['checkpoint']}"
+             + (f" (query {report['query_id']})" if report["query_id"] else "")]
+    committed = s["last_committed_batch"]
+    lines.append(f"  Spark: offsets logged for batches {s['offsets']}; committed through "
+                 f"{'batch ' + str(committed) if committed is not None else 'none yet'}")
+    sl = report["sink_log"]
+    lines.append(f"  sink log (eos-sink): batches {sl['batches']}; pending: "
+                 f"{', '.join(map(str, sl['pending'])) or 'none'}")
+    if report["last_write"]:
+        lw = report["last_write"]
+        lines.append(f"  last write: {_ago(lw['seconds_ago'])} ({lw['file']})")
+    lines.append("  a restart would:")
+    lines.extend(f"    {step}" for step in report["restart"])
+    if summary_only:
+        return "\n".join(lines) + "\n"
+    for b in report["batches"]:
+        lines.append("")
+        lines.extend(_batch_lines(b))
+    return "\n".join(lines) + "\n"
+
+
+def _batch_lines(b: dict[str, Any]) -> list[str]:
+    sp = b["spark"]
+    head = f"batch {b['batch']}: Spark "
+    head += ("committed" if sp["committed"] else
+             "offsets logged, not committed" if sp["offsets_logged"] else "no offsets logged")
+    sink = b["sink_log"]
+    if sink is None:
+        head += "; sink log: none (collected, or nothing written)"
+    else:
+        state = "done" if sink["done"] else (
+            f"decided, committed {len(sink['committed_partitions'])}/"
+            f"{len(sink['decided_partitions'])}" if sink["decided"] else "prepared, not decided")
+        head += f"; sink {sink['sink'] or '?'}: {state}"
+    out = [head]
+    for src in b["source"]:
+        if "topic" not in src:
+            out.append(f"  source {src['source']}: {src['offsets'][:200]}")
+            continue
+        parts = ", ".join(
+            f"p{p} {_o(r['start'])}->{r['end']}" + (f" ({r['count']})" if r["count"] is not None else "")
+            for p, r in src["partitions"].items())
+        total = f"; {src['total']} offsets" if src["total"] is not None else "; start unknown (first batch)"
+        out.append(f"  source {src['topic']}: {parts}{total}")
+    if sink is not None and not sink["done"]:
+        for p, entries in sink["handles"].items():
+            for e in entries:
+                out.append(f"  p{p} {_handle_text(e)}")
+    out.append("  restart: " + "; ".join(b["restart"]))
+    return out
+
+
+def _handle_text(e: dict[str, Any]) -> str:
+    flag = "decided" if e.get("decided") else "undecided"
+    kind = e["kind"]
+    if kind == "kafka-eos":
+        text = (f"kafka txn {e['transactional_id']} (producer {e['producer_id']}, epoch "
+                f"{e['producer_epoch']})")
+        if "age_s" in e:
+            if e["timed_out"]:
+                text += (f" open {_ago(e['age_s'], suffix='')}: PAST its timeout "
+                         f"({e['timeout_ms'] // 1000} s); Kafka aborts it, the replay rewrites it")
+            else:
+                text += (f" open {_ago(e['age_s'], suffix='')} of its {e['timeout_ms'] // 1000} s "
+                         f"timeout ({_ago(e['timeout_left_s'], suffix='')} left)")
+    elif kind == "postgres-eos":
+        text = f"postgres prepared transaction {e['gid']} (xid {e['xid']})"
+    elif kind == "delta-eos":
+        files = e["files"]
+        text = (f"delta {len(files)} file(s), {e['rows']} rows: "
+                + ", ".join(files[:2]) + (" ..." if len(files) > 2 else ""))
+    else:
+        text = f"handle with keys {e.get('keys')}"
+    return f"{flag} {text}"
+
+
+def _o(v: int | None) -> str:
+    return "?" if v is None else str(v)
+
+
+def _ago(seconds: float, suffix: str = " ago") -> str:
+    s = abs(seconds)
+    text = f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+    return text + suffix
+
+
+def render_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=False)

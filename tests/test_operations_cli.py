@@ -1,0 +1,223 @@
+"""Unit tests of `kafka-eos inspect` / `kafka-eos resolve` on checkpoints laid out as Spark and the
+sink lay them out (no Spark, no broker): parsing, windows, errors, the running-query refusal, and
+secrets kept out of every output. The end-to-end proofs are integration_tests/test_operations.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from connectors.cli import EXIT_CANNOT_RUN, EXIT_QUERY_MAY_BE_RUNNING, EXIT_USAGE, main
+from connectors.inspection import inspect_checkpoint
+from connectors.redaction import redact, redact_text
+from connectors.spark_checkpoint import parse_offsets_file
+from sinks.txn_log import TransactionLog
+
+PASSWORD = "s3cr3t-Pa55"
+META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'
+
+
+def spark_batch(ckpt, batch: int, offsets: dict, committed: bool) -> None:
+    os.makedirs(os.path.join(ckpt, "offsets"), exist_ok=True)
+    with open(os.path.join(ckpt, "offsets", str(batch)), "w") as f:
+        f.write(f"v1\n{META}\n{json.dumps(offsets)}")
+    if committed:
+        os.makedirs(os.path.join(ckpt, "commits"), exist_ok=True)
+        with open(os.path.join(ckpt, "commits", str(batch)), "w") as f:
+            f.write('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def kafka_handle(p: int, began_ms: int, **extra) -> dict:
+    return {"partitions": [["out", p]], "transactional_id": f"kafka-eos-abc-{p}-0",
+            "producer_id": 10 + p, "producer_epoch": 3, "began_ms": began_ms,
+            "timeout_ms": 900_000, "scan_from": [["out", p, 0]], **extra}
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    """Batches 0-1 committed (by Spark and the sink), batch 2 decided and half committed."""
+    path = str(tmp_path / "ckpt")
+    os.makedirs(path)
+    with open(os.path.join(path, "metadata"), "w") as f:
+        f.write('{"id":"q-1"}')
+    txlog = TransactionLog(path)
+    now_ms = int(time.time() * 1000)
+    for b, ends in enumerate([(10, 10), (20, 25), (30, 40)]):
+        spark_batch(path, b, {"in": {"0": ends[0], "1": ends[1]}}, committed=b < 2)
+        handles = {p: kafka_handle(p, now_ms - 60_000) for p in (0, 1)}
+        for p, h in handles.items():
+            txlog.record_prepared(b, p, 0, h)
+        txlog.record_decision(b, handles)
+        txlog.record_committed(b, [0] if b == 2 else [0, 1])
+        if b < 2:
+            txlog.record_done(b)
+    old = time.time() - 3600  # written an hour ago: the query is not running
+    for root, _, files in os.walk(path):
+        for name in files:
+            os.utime(os.path.join(root, name), (old, old))
+    return path
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_offsets_file_with_kafka_eos_and_another_source():
+    entry = parse_offsets_file(3, f'v1\n{META}\n{{"t": {{"0": 5, "1": 7}}}}\n{{"logOffset":4}}\n')
+    assert entry.batch_timestamp_ms == 1700000000000
+    assert entry.sources[0].partitions == {("t", 0): 5, ("t", 1): 7}
+    assert entry.sources[1].partitions is None and entry.sources[1].raw == '{"logOffset":4}'
+    with pytest.raises(ValueError, match="not a Spark offsets file"):
+        parse_offsets_file(3, "garbage\n")
+
+
+def test_inspect_reports_offsets_log_states_and_the_restart_plan(ckpt):
+    report = inspect_checkpoint(ckpt)
+    assert report["query_id"] == "q-1"
+    assert report["spark"]["last_committed_batch"] == 1
+    assert report["sink_log"]["pending"] == [2]
+    b0, b1, b2 = report["batches"]
+    assert b0["source"][0]["partitions"]["0"] == {"start": None, "end": 10, "count": None}
+    assert b1["source"][0]["partitions"] == {"0": {"start": 10, "end": 20, "count": 10},
+                                             "1": {"start": 10, "end": 25, "count": 15}}
+    assert b2["source"][0]["total"] == 25
+    assert b1["sink_log"]["done"] and b1["restart"] == ["nothing"]
+    assert b2["sink_log"]["committed_partitions"] == [0]
+    assert b2["restart"] == ["commit decided partition(s) 1", "mark the batch done",
+                             "Spark replays it (committed partitions write nothing)"]
+    (h1,) = b2["sink_log"]["handles"]["1"]
+    assert h1["transactional_id"] == "kafka-eos-abc-1-0" and h1["producer_epoch"] == 3
+    assert 59 <= h1["age_s"] <= 120 and not h1["timed_out"]
+    (h0,) = b2["sink_log"]["handles"]["0"]
+    assert "age_s" not in h0  # committed: no longer open, no timeout to watch
+
+
+def test_inspect_flags_a_transaction_past_its_timeout(ckpt):
+    report = inspect_checkpoint(ckpt, now=time.time() + 3600)
+    (h1,) = report["batches"][-1]["sink_log"]["handles"]["1"]
+    assert h1["timed_out"] and h1["timeout_left_s"] < 0
+
+
+def test_inspect_windows(ckpt, capsys):
+    assert [b["batch"] for b in inspect_checkpoint(ckpt, batches=1)["batches"]] == [2]
+    # a pending batch is shown whatever the window
+    assert [b["batch"] for b in inspect_checkpoint(ckpt, batches=0)["batches"]] == [2]
+    assert [b["batch"] for b in inspect_checkpoint(ckpt, batches=None)["batches"]] == [0, 1, 2]
+    rc, out, _ = run(capsys, "inspect", ckpt, "--batch", "1", "--json")
+    assert rc == 0 and [b["batch"] for b in json.loads(out)["batches"]] == [1]
+    rc, out, _ = run(capsys, "inspect", ckpt)
+    assert rc == 0
+    assert "batch 2: commit decided partition(s) 1; mark the batch done" in out
+    assert "p1 decided kafka txn kafka-eos-abc-1-0 (producer 11, epoch 3) open" in out
+
+
+def test_inspect_errors_name_what_is_wrong(tmp_path, ckpt, capsys):
+    rc, _, err = run(capsys, "inspect", str(tmp_path / "nope"))
+    assert rc == EXIT_CANNOT_RUN and "no such directory" in err
+    os.makedirs(tmp_path / "empty")
+    rc, _, err = run(capsys, "inspect", str(tmp_path / "empty"))
+    assert rc == EXIT_CANNOT_RUN and "is not a Structured Streaming checkpoint" in err
+    rc, _, err = run(capsys, "inspect", ckpt, "--batch", "9")
+    assert rc == EXIT_CANNOT_RUN and "batch 9 has no record" in err and "0-2" in err
+
+
+def test_resolve_dry_run_prints_the_plan_and_writes_nothing(ckpt, capsys):
+    before = sorted(os.listdir(os.path.join(ckpt, "eos-sink", "2")))
+    rc, out, _ = run(capsys, "resolve", ckpt)
+    assert rc == 0 and "dry run" in out
+    assert "batch 2 (kafka-eos): commit decided partition(s) 1; mark the batch done" in out
+    assert sorted(os.listdir(os.path.join(ckpt, "eos-sink", "2"))) == before
+
+
+def test_resolve_refuses_a_recently_written_checkpoint(ckpt, capsys):
+    os.utime(os.path.join(ckpt, "offsets", "2"))  # written just now
+    rc, _, err = run(capsys, "resolve", ckpt, "--apply", "--bootstrap", "localhost:1")
+    assert rc == EXIT_QUERY_MAY_BE_RUNNING
+    assert "offsets/2" in err and "may be running" in err and "--force" in err
+
+
+def test_resolve_needs_the_store_and_says_which_flag(ckpt, capsys):
+    rc, _, err = run(capsys, "resolve", ckpt, "--apply")
+    assert rc == EXIT_CANNOT_RUN and "--bootstrap" in err
+
+
+def test_secrets_are_refused_on_the_command_line(ckpt, capsys):
+    for flag in ("--kafka-option", "--storage-option"):
+        with pytest.raises(SystemExit) as exc:
+            main(["resolve", ckpt, flag, f"sasl.password={PASSWORD}"])
+        assert exc.value.code == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "never on the command line" in err and PASSWORD not in err
+
+
+def test_no_password_in_any_output(tmp_path, capsys, monkeypatch):
+    """Handles may carry connection strings and client settings: a password in a PostgreSQL
+    URL, a SASL option or a JAAS line appears in no output of inspect or resolve."""
+    path = str(tmp_path / "ckpt")
+    spark_batch(path, 0, {"in": {"0": 5}}, committed=False)
+    txlog = TransactionLog(path)
+    handle = {"gid": "pg-eos-abc-0-0-0", "xid": 1234,
+              "url": f"postgresql://bob:{PASSWORD}@db:5432/x",
+              "conninfo": f"host=db user=bob password={PASSWORD}",
+              "sasl.password": PASSWORD,
+              "sasl.jaas.config": f'PlainLoginModule required username="u" password="{PASSWORD}";'}
+    txlog.record_prepared(0, 0, 0, handle)
+    txlog.record_decision(0, {0: handle})
+    monkeypatch.setenv("PG_URL", f"postgresql://bob:{PASSWORD}@127.0.0.1:1/x?connect_timeout=2")
+    outputs = []
+    for args in (["inspect", path], ["inspect", path, "--json"], ["resolve", path],
+                 ["resolve", path, "--json", "--pg-url-env", "PG_URL"],
+                 ["resolve", path, "--apply", "--force", "--commit-timeout", "1",
+                  "--pg-url-env", "PG_URL"]):
+        rc, out, err = run(capsys, *args)
+        outputs.append((args, rc, out + err))
+    for args, rc, text in outputs:
+        assert PASSWORD not in text, f"{args} printed the password"
+    assert "pg-eos-abc-0-0-0" in outputs[0][2]  # the gid itself is shown
+    assert outputs[-1][1] == EXIT_CANNOT_RUN and "cannot connect" in outputs[-1][2]
+
+
+def test_redaction_rules():
+    assert redact_text(f"postgresql://u:{PASSWORD}@h/db") == "postgresql://u:***@h/db"
+    assert redact_text(f"password={PASSWORD} host=h") == "password=*** host=h"
+    assert redact({"ssl.key.password": PASSWORD, "n": 1, "l": [f"x://a:{PASSWORD}@b"]}) == \
+        {"ssl.key.password": "***", "n": 1, "l": ["x://a:***@b"]}
+    assert redact_text("kafka-eos-abc-1-0 out-2") == "kafka-eos-abc-1-0 out-2"
+
+
+def test_inspect_reads_a_checkpoint_on_s3(ckpt):
+    """Through pyarrow.fs: the same checkpoint copied to an S3 bucket (a local S3 server)."""
+    pytest.importorskip("moto")
+    import pyarrow.fs as pafs
+
+    from connectors.testing.s3 import s3_server
+
+    with s3_server() as s3:
+        bucket = s3.create_bucket()
+        fs = pafs.S3FileSystem(endpoint_override=s3.endpoint, access_key=s3.env["AWS_ACCESS_KEY_ID"],
+                               secret_key=s3.env["AWS_SECRET_ACCESS_KEY"], scheme="http",
+                               region=s3.env.get("AWS_REGION", "us-east-1"))
+        pafs.copy_files(ckpt, f"{bucket}/ckpt", destination_filesystem=fs)
+        report = inspect_checkpoint(f"s3://{bucket}/ckpt")
+    assert report["sink_log"]["pending"] == [2]
+    assert [b["batch"] for b in report["batches"]] == [0, 1, 2]
+    assert report["batches"][1]["source"][0]["total"] == 25
+
+
+def test_resolve_settles_a_batch_without_handles_with_no_store_flags(tmp_path, capsys):
+    """A crash inside the log's garbage collection can leave a batch directory without handles:
+    recovery forgets it, touching no store, and so does resolve (no store flag needed)."""
+    path = str(tmp_path / "ckpt")
+    spark_batch(path, 5, {"in": {"0": 50}}, committed=False)
+    os.makedirs(os.path.join(path, "eos-sink", "5"))
+    rc, out, err = run(capsys, "resolve", path, "--apply", "--force")
+    assert rc == 0 and "batch 5 (no handles): forget the batch's records" in out, out + err
+    assert not os.path.exists(os.path.join(path, "eos-sink", "5"))
+    rc, out, _ = run(capsys, "resolve", path, "--apply", "--force")
+    assert rc == 0 and "nothing to do" in out
