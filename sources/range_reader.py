@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool, pool_key
+from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
 from sources.offsets import OffsetRange
 
 log = logging.getLogger(__name__)
@@ -66,11 +66,11 @@ FETCH_DEFAULTS = {
 #: a range then stalled until pollTimeoutMs failed the task. Kafka itself answers as soon as it
 #: has data. So when a consumer with the short default wait makes no progress for
 #: ESCALATE_AFTER_S while records it has not read are known to exist, it is replaced by one
-#: with the next, longer wait, and this process's later consumers of that configuration start
+#: with the next, longer wait, and this process's later consumers of that cluster start
 #: with it. A `kafka.fetch.wait.max.ms` set by the user is left alone.
 FETCH_WAIT_STEPS_MS = (10, 500, 5_000)
 ESCALATE_AFTER_S = 1.0
-#: pool key of the configuration -> the fetch.wait.max.ms this process has learned it needs
+#: bootstrap.servers -> the fetch.wait.max.ms this process has learned that cluster needs
 _LEARNED_FETCH_WAIT_MS: dict[str, int] = {}
 
 #: consume() waits this long at first when the queue is empty, doubling while it stays empty up
@@ -166,7 +166,8 @@ def read_range(
         return
     pool = POOL if pool is None else pool
     base = source_consumer_settings(kafka_conf)
-    family = pool_key(base)
+    # What the wait must be is the brokers' property: learned per cluster, not per query.
+    family = str(base.get("bootstrap.servers", ""))
     user_wait = "fetch.wait.max.ms" in kafka_conf
     conf = _with_fetch_wait(base, None if user_wait else _LEARNED_FETCH_WAIT_MS.get(family))
     tp = (r.topic, r.partition)
