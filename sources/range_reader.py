@@ -61,7 +61,7 @@ FETCH_DEFAULTS = {
 }
 
 #: A broker may answer a fetch with no records, although they exist, when it cannot read them
-#: within `fetch.wait.max.ms`: Tansu does once a partition holds some 20,000 record batches
+#: within `fetch.wait.max.ms`: Tansu does once a partition holds some 15,000 record batches
 #: (measured: every 10 ms fetch of such a partition came back empty, a 500 ms one at once), and
 #: a range then stalled until pollTimeoutMs failed the task. Kafka itself answers as soon as it
 #: has data. So when a consumer with the short default wait makes no progress for
