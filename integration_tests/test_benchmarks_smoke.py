@@ -41,6 +41,18 @@ RATES = [
 ]
 
 
+def _run_benchmarks(out, *args: str, timeout: int,
+                    env: dict | None = None) -> tuple[dict, str]:
+    """`python -m benchmarks ARGS --output-dir OUT`, which must succeed: its results.json and
+    what it printed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args, "--output-dir", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((out / "results.json").read_text()), proc.stdout
+
+
 def _get(d, path):
     for k in path:
         d = d[k]
@@ -51,14 +63,9 @@ def _get(d, path):
 def test_benchmark_runs_on_tiny_inputs(tmp_path, broker):
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers)
     out = tmp_path / "results"
-    proc = subprocess.run(
-        # The latency section has a test of its own (below).
-        [sys.executable, "-m", "benchmarks", "--quick", "--only", "source,kafka,delta,memory",
-         "--output-dir", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results = json.loads((out / "results.json").read_text())
+    # The latency section has a test of its own (below).
+    results, _ = _run_benchmarks(out, "--quick", "--only", "source,kafka,delta,memory",
+                                 timeout=300, env=env)
     assert (out / "chart.png").stat().st_size > 0
 
     assert results["machine"]["cores"] >= 1 and results["machine"]["librdkafka"]
@@ -88,13 +95,8 @@ def test_delta_long_run_reports_every_configuration_and_keeps_the_other_sections
     out.mkdir()
     (out / "results.json").write_text(json.dumps({"by_value_size": {"100 B": {"kept": True}}}))
     batches, rows = 20, 50
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--delta-long-run", "--batches", str(batches),
-         "--long-run-rows", str(rows), "--output-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results = json.loads((out / "results.json").read_text())
+    results, stdout = _run_benchmarks(out, "--delta-long-run", "--batches", str(batches),
+                                      "--long-run-rows", str(rows), timeout=300)
     assert results["by_value_size"] == {"100 B": {"kept": True}}
     section = results["delta_long_run"]
     assert section["batches"] == batches and section["rows_per_batch"] == rows
@@ -134,7 +136,7 @@ def test_delta_long_run_reports_every_configuration_and_keeps_the_other_sections
         for prop in sink["table_properties"].values():
             assert prop["applied"], (name, prop)
         assert res["growth"]["sink_commit_last_vs_first"] > 0
-    assert "| compaction off, default checkpoint interval |" in proc.stdout
+    assert "| compaction off, default checkpoint interval |" in stdout
 
 
 LATENCY_PIPELINES = ("rate_noop", "rate_delta_eos", "kafka_eos_parquet", "kafka_eos_kafka_eos",
@@ -154,13 +156,7 @@ def test_latency_section_reports_every_pipeline_and_keeps_the_other_sections(tmp
         "targets": {"kafka_sink_exactly_once_vs_at_least_once[100 B]":
                     {"value": 0.9, "target": ">= 0.85", "met": True}},
     }))
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--only", "latency", "--quick",
-         "--output-dir", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results = json.loads((out / "results.json").read_text())
+    results, stdout = _run_benchmarks(out, "--only", "latency", "--quick", timeout=420, env=env)
     assert results["by_value_size"] == {"100 B": {"kept": True}}
     assert (out / "latency.png").stat().st_size > 0
     section = results["latency"]
@@ -186,4 +182,4 @@ def test_latency_section_reports_every_pipeline_and_keeps_the_other_sections(tmp
         "kafka_sink_exactly_once_vs_at_least_once[100 B]"}
     for t in section["targets"].values():
         assert isinstance(t["met"], bool) and t["target"]
-    assert "| kafka-eos -> delta-eos |" in proc.stdout
+    assert "| kafka-eos -> delta-eos |" in stdout
