@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from connectors.paths import Location, resolve
+from sinks import checkpoint
 from sinks.txn_log import LOG_DIR
 
 
@@ -85,8 +86,7 @@ class SparkCheckpoint:
     # -- what Spark logged ------------------------------------------------------------------
 
     def query_id(self) -> str | None:
-        raw = self._read(f"{self.root}/metadata")
-        return json.loads(raw).get("id") if raw else None
+        return checkpoint.query_id(self.location)
 
     def offset_batches(self) -> list[int]:
         return self._batch_ids("offsets")

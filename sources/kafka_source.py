@@ -109,10 +109,9 @@ def _read(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa
     return timed(batches, partition.range, report_dir, shared=partition.report_shared)
 
 
-def _key(end: off.PartitionOffsets | dict) -> str:
+def _key(end: off.PartitionOffsets) -> str:
     """A batch's identity on the driver: its end offsets (Spark's commit(end) gives no id)."""
-    offsets = end if not end or isinstance(next(iter(end)), tuple) else off.from_json(end)
-    return repr(sorted(offsets.items()))
+    return repr(sorted(end.items()))
 
 
 def _plan(options: KafkaSourceOptions, start: off.PartitionOffsets,
