@@ -168,6 +168,7 @@ def test_latency_section_reports_every_pipeline_and_keeps_the_other_sections(tmp
     for name, res in section["pipelines"].items():
         assert res["batches"] == 3 and len(res["trigger_execution_ms"]) == 3, name
         assert 0 < res["trigger_execution_ms_p50"] <= res["trigger_execution_ms_p90"], name
+        assert res["phases_ms_p50"]["addBatch"] > 0, name
         if name != "rate_noop":
             assert res["p50_vs_floor"] > 0, name
         if name in ("kafka_eos_kafka_eos", "kafka_eos_delta_eos"):
@@ -177,6 +178,10 @@ def test_latency_section_reports_every_pipeline_and_keeps_the_other_sections(tmp
             assert 0 < e["p50_ms"] <= e["p99_ms"] <= e["max_ms"], (name, e)
         else:
             assert "end_to_end" not in res, name
+    # Each kafka-eos pipeline reads an input topic of its own (the broker's fetch cost grows
+    # with the partition's length).
+    inputs = [r["input_topic"] for n, r in section["pipelines"].items() if n.startswith("kafka")]
+    assert len(inputs) == 3 and len(set(inputs)) == 3, inputs
     assert set(section["targets"]) == {
         "kafka_eos_delta_eos_p50_vs_floor", "kafka_eos_kafka_eos_p50_vs_floor",
         "kafka_sink_exactly_once_vs_at_least_once[100 B]"}
