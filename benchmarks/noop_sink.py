@@ -52,6 +52,7 @@ def register(spark) -> None:
     cloudpickle.register_pickle_by_value(me)  # workers need not import the benchmarks
     spark.dataSource.register(NoopDataSource)
     spark.dataSource.register(ReadyBatchesSource)
+    spark.dataSource.register(TicksSource)
 
 
 # -- the source-side ceiling --------------------------------------------------------------------
@@ -117,3 +118,42 @@ class ReadyBatchesSource(DataSource):
 
     def streamReader(self, schema):
         return ReadyBatchesReader(self.options)
+
+
+# -- the latency floor of a Python source -------------------------------------------------------
+
+
+class TicksReader(DataSourceStreamReader):
+    """A new micro-batch at every trigger, each task yielding one ready-made batch of
+    `rowsPerBatch / tasks` rows: what a micro-batch costs Spark's Python source path when the
+    source spends nothing on its data (the latency benchmark's `python_floor`)."""
+
+    def __init__(self, options: dict) -> None:
+        self.tasks = int(options.get("tasks", 2))
+        self.rows = max(1, int(options.get("rowsPerBatch", 200)) // self.tasks)
+        self.ticks = 0
+
+    def initialOffset(self) -> dict:
+        return {"tick": 0}
+
+    def latestOffset(self) -> dict:
+        self.ticks += 1
+        return {"tick": self.ticks}
+
+    def partitions(self, start: dict, end: dict):
+        return [_Slice(1, self.rows, 100) for _ in range(self.tasks)]
+
+    def read(self, partition):
+        return ReadyBatchesReader.read(self, partition)  # type: ignore[arg-type]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class TicksSource(ReadyBatchesSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench-ticks"
+
+    def streamReader(self, schema):
+        return TicksReader(self.options)

@@ -49,6 +49,7 @@ KNOWN_OPTIONS = (
     "arrowBatchRows",  # ours: rows per Arrow batch handed to Spark
     "commitOffsetsToGroup",  # ours: commit each completed batch's end offsets to kafka.group.id
     "taskMetricsLocation",  # ours: where tasks leave read times for the batch metrics line
+    "readMode",  # ours: tasks (default) or driver (sources/driver_reader.py)
 )
 #: Option families the source accepts whatever follows the prefix: Kafka client settings.
 OPTION_PREFIXES = ("kafka.",)
@@ -86,7 +87,16 @@ DEFAULT_GROUP_ID_PREFIX_BATCH = "spark-kafka-relation"
 #: Options Spark's Kafka source ignores in batch queries, with a warning; so does this one.
 STREAMING_ONLY_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 #: Our own options that only a stream has a use for: ignored in batch reads, with a warning.
-OWN_STREAMING_ONLY_OPTIONS = ("commitOffsetsToGroup", "taskMetricsLocation")
+OWN_STREAMING_ONLY_OPTIONS = ("commitOffsetsToGroup", "taskMetricsLocation", "readMode")
+
+#: readMode: Spark tasks read a micro-batch's ranges (in parallel, on executors), or the driver
+#: reads the whole micro-batch itself (sources/driver_reader.py: no Python task per batch, for
+#: small batches at short triggers).
+READ_MODES = ("tasks", "driver")
+#: With readMode=driver a batch is held in the driver's Python process: maxOffsetsPerTrigger
+#: defaults to this, so a backlog (a first start at earliest, a query down for hours) is read
+#: in bounded batches instead of into the driver's memory at once.
+DRIVER_MODE_MAX_OFFSETS_PER_TRIGGER = 100_000
 
 #: taskMetricsLocation's value that turns the tasks' reports off.
 TASK_METRICS_OFF = "none"
@@ -152,6 +162,8 @@ class KafkaSourceOptions:
     #: taskMetricsLocation: None (the default: a directory in the driver's temp dir), "none"
     #: (no task reports), or a normalised path / URI shared by executors and the driver.
     task_metrics_location: str | None = None
+    #: readMode (READ_MODES).
+    read_mode: str = "tasks"
 
     @property
     def bootstrap_servers(self) -> str:
@@ -371,7 +383,10 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
     kafka_conf = librdkafka_conf(opts)
     kafka_conf["group.id"] = _group_id(opts, batch=batch)
     subscription = _parse_subscription(opts)
+    read_mode = opts.get_choice("readMode", READ_MODES, "tasks")
     max_per_trigger = opts.get_int("maxOffsetsPerTrigger", minimum=1)
+    if read_mode == "driver" and max_per_trigger is None and not batch:
+        max_per_trigger = DRIVER_MODE_MAX_OFFSETS_PER_TRIGGER
     min_per_trigger = opts.get_int("minOffsetsPerTrigger", minimum=1)
     if max_per_trigger and min_per_trigger and min_per_trigger > max_per_trigger:
         raise OptionError(
@@ -413,4 +428,5 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
         ending_option=_chosen(opts, ENDING_OPTIONS, warn=False) or "endingOffsets",
         commit_group=_commit_group(opts, batch=batch),
         task_metrics_location=_task_metrics_location(opts, batch=batch),
+        read_mode=read_mode,
     )

@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
+    SimpleDataSourceStreamReader,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -83,10 +85,23 @@ class KafkaEosDataSource(DataSource):
         return KafkaBatchReader(parse_source_options(self._raw, batch=True))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return KafkaStreamReader(parse_source_options(self._raw, batch=False))
+        options = parse_source_options(self._raw, batch=False)
+        if options.read_mode == "driver":
+            # PySpark then asks for simpleStreamReader (pyspark/sql/datasource_internal.py).
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED",
+                messageParameters={"feature": "streamReader with readMode=driver"},
+            )
+        return KafkaStreamReader(options)
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        from sources.driver_reader import KafkaDriverStreamReader
+
+        return KafkaDriverStreamReader(parse_source_options(self._raw, batch=False))
 
 
-def _read(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def read_partition(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """One planned range, read by a task (or by the driver: sources/driver_reader.py)."""
     if not isinstance(partition, KafkaInputPartition):
         # A batch read with nothing to read: PySpark runs one task with InputPartition(None)
         # when the plan is empty (pyspark/sql/worker/plan_data_source_read.py).
@@ -338,7 +353,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
             return None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.options, partition)
+        return read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:
         """The batch ending at `end` completed (usually already seen by latestOffset)."""
@@ -425,4 +440,4 @@ class KafkaBatchReader(_UsesBroker, DataSourceReader):
         return _plan(opts, start, end)  # type: ignore[return-value]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.options, partition)
+        return read_partition(self.options, partition)

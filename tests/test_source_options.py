@@ -681,3 +681,32 @@ def test_kafka_settings_spark_refuses_are_refused_with_the_reason(spell, name, r
 def test_streaming_only_options_warn_in_batch(spell, name, caplog):
     parse(spell, {name: {"maxTriggerDelay": "1m"}.get(name, "10")}, batch=True)
     assert f"{name} applies to streaming queries only" in caplog.text
+
+
+# --------------------------------------------------------------------------- readMode
+
+
+def test_read_mode_defaults_to_tasks_and_leaves_the_trigger_limit_alone(spell):
+    o = parse(spell, batch=False)
+    assert o.read_mode == "tasks" and o.max_offsets_per_trigger is None
+
+
+def test_read_mode_driver_bounds_each_batch_unless_told(spell):
+    from sources.kafka_options import DRIVER_MODE_MAX_OFFSETS_PER_TRIGGER
+
+    o = parse(spell, {"readMode": "Driver"}, batch=False)
+    assert o.read_mode == "driver"
+    assert o.max_offsets_per_trigger == DRIVER_MODE_MAX_OFFSETS_PER_TRIGGER
+    assert parse(spell, {"readMode": "driver", "maxOffsetsPerTrigger": "500"},
+                 batch=False).max_offsets_per_trigger == 500
+
+
+def test_read_mode_invalid_names_the_accepted_values(spell):
+    e = fails(spell, {"readMode": "fast"}, batch=False)
+    assert e.option == "readMode" and "tasks, driver" in str(e) and "'fast'" in str(e)
+
+
+def test_read_mode_is_ignored_by_batch_reads(spell, caplog):
+    o = parse(spell, {"readMode": "driver"}, batch=True)
+    assert o.max_offsets_per_trigger is None
+    assert "readMode applies to streaming queries only" in caplog.text
