@@ -110,7 +110,7 @@ def draw_latency(section: dict, path: str) -> None:
 
     pipes = {n: r for n, r in section["pipelines"].items() if "error" not in r}
     names = list(pipes)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [3, 1.4]})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(18, 6), gridspec_kw={"width_ratios": [3, 1.2]})
     xs = range(len(names))
     p50 = [pipes[n]["trigger_execution_ms_p50"] for n in names]
     p90 = [pipes[n]["trigger_execution_ms_p90"] for n in names]
@@ -128,8 +128,7 @@ def draw_latency(section: dict, path: str) -> None:
             ax1.hlines(floor * most, j - 0.45, j + 0.45, colors="crimson", linestyles="--",
                        linewidth=1.5, label="target (x floor p50)" if first else None)
             first = False
-    ax1.set_xticks(list(xs), [PIPELINES.get(n, n).replace(" -> ", " ->\n") for n in names],
-                   fontsize=8)
+    ax1.set_xticks(list(xs), [_label(PIPELINES.get(n, n)) for n in names], fontsize=7)
     ax1.set_ylabel("triggerExecution per batch (ms)")
     ax1.set_title(f"Per-batch latency, {section['rate_records_per_s']} records/s, "
                   f"{section['trigger_s']:g} s trigger, one session")
@@ -145,8 +144,8 @@ def draw_latency(section: dict, path: str) -> None:
         e = pipes[n]["end_to_end"]
         ax2.text(x - 0.2, e["p50_ms"], f"{e['p50_ms']:.0f}", ha="center", va="bottom", fontsize=8)
         ax2.text(x + 0.2, e["p99_ms"], f"{e['p99_ms']:.0f}", ha="center", va="bottom", fontsize=8)
-    ax2.set_xticks(list(ex), [PIPELINES.get(n, n).split(",")[0].replace(" -> ", " ->\n")
-                              for n in e2e], fontsize=8)
+    ax2.set_xticks(list(ex), [_label(PIPELINES.get(n, n).split(",")[0]) for n in e2e],
+                   fontsize=7)
     ax2.set_ylabel("produce -> visible (ms)")
     ax2.set_title("End to end (Delta commit / read_committed)")
     ax2.legend(fontsize=8)
@@ -157,3 +156,10 @@ def draw_latency(section: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _label(text: str, width: int = 16) -> str:
+    """A pipeline's name wrapped to fit under its bars."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
