@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 
 def start_pipeline(
@@ -56,20 +56,38 @@ def run_pipeline(
         raise AssertionError(f"{module} exited with {rc}:\n{log_tail(log_path)}")
 
 
+#: What a pipeline (integration_tests/pipelines/eos_pipeline.py) prints first: how its Python
+#: workers start ("daemon" or "no-daemon"), so a test can count its runs of each kind.
+WORKERS_LINE = "pipeline workers: {}\n"
+
+
+def workers_args(run: int, no_daemon_runs: Collection[int]) -> list[str]:
+    """The pipeline's arguments for run `run` of a kill sequence: `--no-daemon` (Python workers
+    started as `python -m ...`, spark.python.use.daemon=false) for the runs in
+    `no_daemon_runs`, Spark's default daemon otherwise. One sequence covers both ways of
+    starting workers, instead of a second sequence of Spark starts for the other way."""
+    return ["--no-daemon"] if run in no_daemon_runs else []
+
+
 def run_kill_sequence(
     module: str, *args: str, log_path: str, points: list[str], first_batch: int = 1,
     env: dict[str, str] | None = None, after_each_kill: Callable[[str, int], None] | None = None,
+    no_daemon_runs: Collection[int] = (),
 ) -> None:
     """A crash matrix as one sequence on one checkpoint: run k is killed (SIGKILL of its
     whole process group, from inside, by sinks/faults.py) at `points[k]` of batch
-    `first_batch + k`, and run k+1 starts by recovering it; a last run goes to the end.
-    One Spark start per row instead of two."""
+    `first_batch + k`, and run k+1 starts by recovering it; a last run (number
+    `len(points)`) goes to the end. One Spark start per row instead of two; the runs in
+    `no_daemon_runs` start their Python workers without Spark's daemon (`workers_args`)."""
     from sinks.faults import ENV
 
-    for batch, point in enumerate(points, start=first_batch):
-        proc = start_pipeline(module, *args, log_path=log_path, env={**(env or {}), ENV: f"{point}@{batch}"})
+    for run, point in enumerate(points):
+        batch = first_batch + run
+        proc = start_pipeline(module, *args, *workers_args(run, no_daemon_runs),
+                              log_path=log_path, env={**(env or {}), ENV: f"{point}@{batch}"})
         rc = wait_exit(proc, log_path)
         assert rc == -signal.SIGKILL, f"the fault at {point}@{batch} should have killed the run:\n{log_tail(log_path)}"
         if after_each_kill is not None:
             after_each_kill(point, batch)
-    run_pipeline(module, *args, log_path=log_path, env=env)
+    run_pipeline(module, *args, *workers_args(len(points), no_daemon_runs), log_path=log_path,
+                 env=env)

@@ -27,6 +27,7 @@ from integration_tests.delta_oracle import (
 )
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import (
+    WORKERS_LINE,
     kill_group,
     run_kill_sequence,
     log_tail,
@@ -78,29 +79,30 @@ def _verify(paths, expected) -> None:
 KILL_POINTS = ["task_write", "after_precommit", "after_decision", "after_store_commit", "after_commit"]
 
 
-#: With spark.python.use.daemon=false, the points where recovery decides (abort the undecided,
-#: commit the decided, finish a half-committed batch): what the old role check got wrong.
-NO_DAEMON_KILL_POINTS = ["after_precommit", "after_decision", "after_store_commit"]
+#: Runs (0-based: run k is killed at KILL_POINTS[k]) whose Python workers start without Spark's
+#: daemon (spark.python.use.daemon=false, workers started as `python -m ...`): the runs that
+#: recover after_precommit (abort the undecided), after_decision (commit the decided) and
+#: after_store_commit (finish a half-committed batch), the recoveries the old stack-walking
+#: role check never ran there. Runs 0 and 1, and the last (which recovers after_commit), keep
+#: the daemon.
+NO_DAEMON_RUNS = (2, 3, 4)
 
 
-@pytest.mark.parametrize("workers", ["daemon", "no-daemon"])
-def test_kill_at_every_protocol_point_then_restart(pipeline, workers):
-    """One kill point per batch, in one killed-and-restarted sequence; and the points where
-    recovery decides again with spark.python.use.daemon=false, where workers start as
-    `python -m ...` (the old
-    stack-walking role check then never recovered)."""
+def test_kill_at_every_protocol_point_then_restart(pipeline):
+    """One kill point per batch, in one killed-and-restarted sequence, with the runs that
+    recover the deciding points started with spark.python.use.daemon=false (NO_DAEMON_RUNS)."""
     args, paths, expected = pipeline
-    points = KILL_POINTS
-    if workers == "no-daemon":
-        args, points = [*args, "--no-daemon"], NO_DAEMON_KILL_POINTS
 
     def nothing_twice(point: str, batch: int) -> None:
         rows = _safe_records(paths["table"])
         assert len({(p, o) for p, o, _, _ in rows}) == len(rows), f"a record twice after {point}@{batch}"
 
-    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=points,
-                      after_each_kill=nothing_twice)
-    assert "without having recovered" not in log_tail(paths["log"], 10**8)
+    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=KILL_POINTS,
+                      after_each_kill=nothing_twice, no_daemon_runs=NO_DAEMON_RUNS)
+    log = log_tail(paths["log"], 10**8)
+    assert "without having recovered" not in log
+    assert log.count(WORKERS_LINE.format("no-daemon")) == len(NO_DAEMON_RUNS)
+    assert log.count(WORKERS_LINE.format("daemon")) == len(KILL_POINTS) + 1 - len(NO_DAEMON_RUNS)
     _verify(paths, expected)
 
 

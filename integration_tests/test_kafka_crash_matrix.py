@@ -18,6 +18,7 @@ from confluent_kafka import KafkaException, Producer
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from connectors.testing.kafka_oracle import committed, read_partition
 from integration_tests.processes import (
+    WORKERS_LINE,
     kill_group,
     log_tail,
     run_kill_sequence,
@@ -70,29 +71,31 @@ KILL_POINTS = [
 ]
 
 
-#: With spark.python.use.daemon=false, the points where recovery decides (abort the undecided,
-#: commit the decided, finish a half-committed batch): what the old role check got wrong.
-NO_DAEMON_KILL_POINTS = ["after_precommit", "after_decision", "after_some_commits"]
+#: Runs (0-based: run k is killed at KILL_POINTS[k]) whose Python workers start without Spark's
+#: daemon (spark.python.use.daemon=false, workers started as `python -m ...`): the runs that
+#: recover after_precommit (abort the undecided), after_decision (commit the decided) and
+#: after_some_commits (finish a half-committed batch), the recoveries the old stack-walking
+#: role check never ran there. The other runs keep the daemon.
+NO_DAEMON_RUNS = (2, 3, 5)
 
 
-@pytest.mark.parametrize("workers", ["daemon", "no-daemon"])
-def test_kill_at_every_protocol_point_then_restart(bootstrap, pipeline, workers):
-    """One kill point per batch, in one killed-and-restarted sequence; and the points where
-    recovery decides again with spark.python.use.daemon=false, where workers start as
-    `python -m ...` (the old
-    stack-walking role check then never recovered: a crash after a partition's EndTxn and
-    before its committed marker duplicated that partition)."""
+def test_kill_at_every_protocol_point_then_restart(bootstrap, pipeline):
+    """One kill point per batch, in one killed-and-restarted sequence, with the runs that
+    recover the deciding points started with spark.python.use.daemon=false (NO_DAEMON_RUNS:
+    there the old stack-walking role check never recovered, and a crash after a partition's
+    EndTxn and before its committed marker duplicated that partition)."""
     args, paths, expected, out = pipeline
-    points = KILL_POINTS
-    if workers == "no-daemon":
-        args, points = [*args, "--no-daemon"], NO_DAEMON_KILL_POINTS
 
     def nothing_twice(point: str, batch: int) -> None:
         got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
         assert not [k for k, n in got.items() if n > 1], f"a record twice after {point}@{batch}"
 
-    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=points,
-                      first_batch=0, after_each_kill=nothing_twice)
+    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=KILL_POINTS,
+                      first_batch=0, after_each_kill=nothing_twice,
+                      no_daemon_runs=NO_DAEMON_RUNS)
+    log = log_tail(paths["log"], 10**8)
+    assert log.count(WORKERS_LINE.format("no-daemon")) == len(NO_DAEMON_RUNS)
+    assert log.count(WORKERS_LINE.format("daemon")) == len(KILL_POINTS) + 1 - len(NO_DAEMON_RUNS)
     assert "without having recovered" not in log_tail(paths["log"], 10**8)
     _verify(bootstrap, paths, expected, out)
 

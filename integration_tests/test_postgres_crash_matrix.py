@@ -29,7 +29,15 @@ import pytest
 
 from connectors.testing.postgres import prepared_transactions, query
 from integration_tests.kafka_data import create_topic, produce, unique_topic
-from integration_tests.processes import kill_group, log_tail, run_pipeline, start_pipeline, wait_exit
+from integration_tests.processes import (
+    WORKERS_LINE,
+    kill_group,
+    log_tail,
+    run_pipeline,
+    start_pipeline,
+    wait_exit,
+    workers_args,
+)
 from integration_tests.streaming import wait_for
 from sinks.faults import ENV
 from sinks.postgres import gid_batch, gid_prefix
@@ -171,17 +179,22 @@ def verify(postgres, paths, expected, table) -> None:
 # -- the matrix -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("workers", ["daemon", "no-daemon"])
-def test_crash_matrix_row_by_row(postgres, pipeline, workers):
-    """With spark.python.use.daemon=false too: workers then start as `python -m ...`, which
-    once hid from recovery the writer built for a batch's tasks."""
+#: Runs (run k is killed at ROWS[k]) whose Python workers start without Spark's daemon
+#: (spark.python.use.daemon=false: `python -m ...`, which once hid from recovery the writer
+#: built for a batch's tasks): those that recover after_precommit, after_decision and
+#: after_some_commits. The other runs keep the daemon.
+NO_DAEMON_RUNS = (2, 3, 5)
+
+
+def test_crash_matrix_row_by_row(postgres, pipeline):
+    """Each row's kill, checked where it stopped and after the next run recovered it; the runs
+    in NO_DAEMON_RUNS start their workers with spark.python.use.daemon=false."""
     args, paths, expected, table, env = pipeline
     args = [*args, "--max-per-trigger", str(PER_TRIGGER)]
-    if workers == "no-daemon":
-        args.append("--no-daemon")
     previous = None
     for batch, (point, _meaning) in enumerate(ROWS):
-        proc = start_pipeline(PIPELINE, *args, log_path=paths["log"], env={**env, ENV: f"{point}@{batch}"})
+        proc = start_pipeline(PIPELINE, *args, *workers_args(batch, NO_DAEMON_RUNS),
+                              log_path=paths["log"], env={**env, ENV: f"{point}@{batch}"})
         rc = wait_exit(proc, paths["log"])
         assert rc == -signal.SIGKILL, f"the fault at {point} should have killed the run:\n{log_tail(paths['log'])}"
         check_recovered(postgres, paths, table, expected, batch, previous)
@@ -193,8 +206,11 @@ def test_crash_matrix_row_by_row(postgres, pipeline, workers):
         previous = point
     # The last run recovers the last row and runs to the end; a task of its first new batch
     # fails once, and Spark's retry (attempt 1: a gid of its own) writes the partition.
-    run_pipeline(PIPELINE, *args, log_path=paths["log"], env={**env, ENV: f"task_fail@{len(ROWS)}/0"})
+    run_pipeline(PIPELINE, *args, *workers_args(len(ROWS), NO_DAEMON_RUNS), log_path=paths["log"],
+                 env={**env, ENV: f"task_fail@{len(ROWS)}/0"})
     log = log_tail(paths["log"], 10**8)
+    assert log.count(WORKERS_LINE.format("no-daemon")) == len(NO_DAEMON_RUNS)
+    assert log.count(WORKERS_LINE.format("daemon")) == len(ROWS) + 1 - len(NO_DAEMON_RUNS)
     assert f"injected task failure at batch {len(ROWS)} partition 0" in log
     assert "were lost before their commit" in log  # the rolled-back transaction, detected
     check_recovered(postgres, paths, table, expected, len(ROWS), previous)

@@ -50,6 +50,9 @@ if os.environ.get(ENV):
     conf[f"spark.executorEnv.{ENV}"] = os.environ[ENV]
 if args.no_daemon:
     conf["spark.python.use.daemon"] = "false"
+from integration_tests.processes import WORKERS_LINE  # noqa: E402
+
+print(WORKERS_LINE.format("no-daemon" if args.no_daemon else "daemon"), end="", flush=True)
 
 from connectors.testing import local_spark  # noqa: E402  (after the environment is set)
 
