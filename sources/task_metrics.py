@@ -13,9 +13,11 @@ cluster, `taskMetricsLocation` names storage that executors and the driver share
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -32,6 +34,9 @@ from sources.offsets import OffsetRange, PartitionOffsets, to_json
 log = logging.getLogger(__name__)
 
 OPTION = "taskMetricsLocation"
+#: The default directories: `<temp dir>/kafka-eos-source-metrics-<pid>-<random>`, the pid being
+#: the driver-side Python process whose stream reader made it.
+LOCAL_PREFIX = "kafka-eos-source-metrics-"
 
 
 class ReportDirs:
@@ -42,7 +47,8 @@ class ReportDirs:
         or URI (the reader's directory is a new subdirectory of it)."""
         self.shared = location is not None
         if location is None:
-            self.base = tempfile.mkdtemp(prefix="kafka-eos-source-metrics-")
+            sweep_dead_local_dirs()
+            self.base = tempfile.mkdtemp(prefix=f"{LOCAL_PREFIX}{os.getpid()}-")
         else:
             self.base = f"{location.rstrip('/')}/kafka-eos-source-{uuid.uuid4().hex[:12]}"
 
@@ -80,6 +86,30 @@ class ReportDirs:
                 shutil.rmtree(self.base, ignore_errors=True)
         except Exception as e:
             log.info("kafka-eos: cannot remove the task metrics directory %s: %s", self.base, e)
+
+
+def sweep_dead_local_dirs() -> None:
+    """Remove the default directories of processes that are gone. A stream reader's stop()
+    would remove its own, but Spark often ends the Python process that holds the reader
+    before stop() runs, and every query start left one behind in the temp dir. A directory
+    whose process is gone can no longer be used; one of a live process (or a pid this cannot
+    check) is left alone. Never raises."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{LOCAL_PREFIX}*")):
+        pid_text = os.path.basename(path)[len(LOCAL_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _alive(int(pid_text)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        log.info("kafka-eos: removed the task metrics directory %s of a process that ended", path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, not ours to signal (or cannot tell): leave its directory
+        return True
+    return True
 
 
 def write_report(batch_dir: str, report: TaskReport, *, shared: bool) -> None:

@@ -276,3 +276,32 @@ def test_the_same_offsets_are_committed_once():
     committer._last = {A0: 5}
     assert committer.commit({A0: 5}) is False
     assert committer.commit({}) is False
+
+
+def test_default_directories_of_ended_processes_are_swept_at_the_next_start(tmp_path, monkeypatch):
+    """Spark often ends the driver's Python source process before the reader's stop(): each
+    query start left its directory in the temp dir. A new reader removes those of processes
+    that are gone, and leaves a live process's alone."""
+    import subprocess
+    import sys
+
+    from sources.task_metrics import LOCAL_PREFIX
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        gone = tmp_path / f"{LOCAL_PREFIX}{ended.pid}-abc"
+        kept = tmp_path / f"{LOCAL_PREFIX}{live.pid}-def"
+        other = tmp_path / f"{LOCAL_PREFIX}oldname"  # no pid in its name: not ours to judge
+        for d in (gone, kept, other):
+            (d / "batch").mkdir(parents=True)
+        dirs = ReportDirs(None)
+        assert not gone.exists() and kept.exists() and other.exists()
+        assert os.path.basename(dirs.base).startswith(f"{LOCAL_PREFIX}{os.getpid()}-")
+        ReportDirs(None)  # this process's own directory is never swept
+        assert os.path.isdir(dirs.base)
+    finally:
+        live.kill()
+        live.wait()
