@@ -4,9 +4,10 @@ A micro-batch read by Spark tasks costs a Python task per range whatever its siz
 2 cores, a Python source that yields a ready-made 100-row batch into Spark's `noop` sink takes
 about 230 ms a batch against 110 ms for Spark's own `rate` source; most of a small batch's time
 is that task, not Kafka. PySpark's SimpleDataSourceStreamReader reads on the driver instead:
-its rows go to the JVM with the batch's plan, and no Python task runs to read them. For a
-trickle (hundreds of records per trigger) that is the faster path; for large batches it is not
-(one process reads everything, and rows cross as Python tuples), hence an option, off by default.
+its Arrow batches go to the JVM with the batch's plan, and no Python task runs to read them.
+For a trickle (hundreds of records per trigger) that is the faster path; for large batches it is
+not (one process reads everything, and holds the batch until Spark plans it), hence an option,
+off by default.
 
 Nothing of the source's semantics changes: the same KafkaStreamReader decides every batch's
 offsets (limits, new partitions, data loss, metrics lines, group commits) and its plan names the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pyarrow as pa
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 
 from sources.kafka_options import KafkaSourceOptions
@@ -34,25 +36,25 @@ class KafkaDriverStreamReader(SimpleDataSourceStreamReader):
     def initialOffset(self) -> dict:
         return self._reader.initialOffset()
 
-    def read(self, start: dict) -> tuple[Iterator[tuple], dict]:
+    def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:
         """The records from `start` to the end the source's rules choose now, and that end."""
         end = self._reader.latestOffset(start, self._reader.getDefaultReadLimit())
         if end == start:
             return iter(()), start  # nothing new: Spark runs no batch
-        return iter(self._rows(start, end)), end
+        return iter(self._batches(start, end)), end
 
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
         """A logged batch replayed after a restart: its logged offsets, nothing else."""
-        return iter(self._rows(start, end))
+        return iter(self._batches(start, end))
 
     def commit(self, end: dict) -> None:
         self._reader.commit(end)
 
-    def _rows(self, start: dict, end: dict) -> list[tuple]:
+    def _batches(self, start: dict, end: dict) -> list[pa.RecordBatch]:
+        """The batch's Arrow record batches, read now (PySpark copies the iterator it caches,
+        so a list, not a generator). PySpark takes record batches from simple readers as they
+        are (`records_to_arrow_batches`): no row becomes a Python object."""
         from sources.kafka_source import read_partition
 
-        rows: list[tuple] = []
-        for partition in self._reader.partitions(start, end):
-            for batch in read_partition(self.options, partition):
-                rows.extend(zip(*(column.to_pylist() for column in batch.columns)))
-        return rows
+        return [batch for partition in self._reader.partitions(start, end)
+                for batch in read_partition(self.options, partition)]
