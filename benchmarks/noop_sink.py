@@ -123,13 +123,15 @@ class ReadyBatchesSource(DataSource):
 # -- the latency floor of a Python source -------------------------------------------------------
 
 
-class TicksReader(DataSourceStreamReader):
+class TicksReader(ReadyBatchesReader):
     """A new micro-batch at every trigger, each task yielding one ready-made batch of
     `rowsPerBatch / tasks` rows: what a micro-batch costs Spark's Python source path when the
-    source spends nothing on its data (the latency benchmark's `python_floor`)."""
+    source spends nothing on its data (the latency benchmark's `python_floor`). Reads and
+    commits as ReadyBatchesReader does."""
 
     def __init__(self, options: dict) -> None:
-        self.tasks = int(options.get("tasks", 2))
+        super().__init__({"tasks": options.get("tasks", 2), "batchesPerTask": 1,
+                          "valueBytes": 100})
         self.rows = max(1, int(options.get("rowsPerBatch", 200)) // self.tasks)
         self.ticks = 0
 
@@ -141,13 +143,7 @@ class TicksReader(DataSourceStreamReader):
         return {"tick": self.ticks}
 
     def partitions(self, start: dict, end: dict):
-        return [_Slice(1, self.rows, 100) for _ in range(self.tasks)]
-
-    def read(self, partition):
-        return ReadyBatchesReader.read(self, partition)  # type: ignore[arg-type]
-
-    def commit(self, end: dict) -> None:
-        pass
+        return [_Slice(self.batches, self.rows, self.value_bytes) for _ in range(self.tasks)]
 
 
 class TicksSource(ReadyBatchesSource):
