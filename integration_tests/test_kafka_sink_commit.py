@@ -1,12 +1,18 @@
-"""The Kafka sink's commit path against the real broker, without Spark: the sink's task-side
+"""The Kafka sink's commit path against real Apache Kafka, without Spark: the sink's task-side
 methods play the tasks (two attempts of one partition, a killed attempt) and the template's
 writer plays the driver, so each race is staged exactly. Checked with the marker-applying
-oracle: what counts is what a read_committed reader would see."""
+oracle: what counts is what a read_committed reader would see.
+
+Every test runs on both cluster generations (`any_broker`): Apache Kafka 4.x, whose new
+clusters finalize transaction.version 2 (KIP-890 part 2), and 3.9. The sink's commit client
+sends EndTxn v1 and InitProducerId v3 to both (sinks/kafka_commit.py), so the coordinator
+applies the pre-KIP-890 rules to its requests on either."""
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 
 import pyarrow as pa
 import pytest
@@ -21,11 +27,12 @@ from sinks.kafka_commit import (
     transaction_outcome,
 )
 from connectors.options import Options
+from sinks.kafka_commit import END_TXN_VERSION, INIT_PRODUCER_ID_VERSION
 from connectors.testing.kafka_oracle import read_partition
 from integration_tests.kafka_data import create_topic, unique_topic
 from sinks.kafka import KafkaSink, KafkaSinkOptions
 from sinks.two_phase_commit import (
-    CommitTimeoutError,
+    PreparedPartition,
     SinkSettings,
     TaskInfo,
     TwoPhaseCommitWriter,
@@ -40,6 +47,12 @@ SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", Bina
 def _sink_logs_reach_caplog(monkeypatch):
     """The template's logger stops propagating once it has its own handler."""
     monkeypatch.setattr(_structured_logger(), "propagate", True)
+
+
+@pytest.fixture
+def bootstrap(any_broker) -> str:
+    """This module's cluster: each generation in turn."""
+    return any_broker.bootstrap_servers
 
 
 @pytest.fixture
@@ -111,8 +124,8 @@ def _decided(sink: KafkaSink, batch: int, handle: dict) -> TransactionLog:
 def test_a_committed_transaction_fenced_since_is_settled_as_committed(bootstrap, out, tmp_path, caplog):
     """The driver's EndTxn succeeded, then it crashed before the committed marker; a newer
     init_transactions on the id followed. Recovery's repeated EndTxn is refused (PRODUCER_FENCED
-    on Kafka; a closed connection on Tansu): the output's COMMIT marker settles it as committed,
-    so the partition is marked committed and not written again."""
+    or INVALID_PRODUCER_EPOCH): the output's COMMIT marker settles it as committed, so the
+    partition is marked committed and not written again."""
     sink = make_sink(bootstrap, out, tmp_path / "ck")
     sink.open()
     handle = prepare(sink, 2, 0, 0, "once")
@@ -133,9 +146,9 @@ def test_a_committed_transaction_fenced_since_is_settled_as_committed(bootstrap,
 
 def test_a_decided_transaction_aborted_behind_the_sinks_back_is_lost(bootstrap, out, tmp_path, caplog):
     """The opposite case: the prepared transaction was aborted before the driver committed it
-    (what transaction.timeout.ms does; here a fence). The output's ABORT marker settles it as
-    lost on every broker (on Tansu the coordinator only closes the connection), so the replay
-    writes the partition again instead of the restart failing until commitTimeout."""
+    (here a fence by someone else's init_transactions). The output's ABORT marker settles it as
+    lost, so the replay writes the partition again instead of the restart failing until
+    commitTimeout."""
     sink = make_sink(bootstrap, out, tmp_path / "ck")
     sink.open()
     handle = prepare(sink, 2, 0, 0, "aborted")
@@ -158,7 +171,7 @@ def test_settling_reads_from_the_batch_start_or_the_log_start(bootstrap, out, tm
     handle = prepare(sink, 1, 0, 0, "mine")
     txn = PreparedTxn(handle["transactional_id"], handle["producer_id"], handle["producer_epoch"])
     (topic, partition, start), = handle["scan_from"]
-    # The end offset before the batch (Tansu's ListOffsets: the last batch's base offset + 1)
+    # The end offset before the batch
     first = min(r.offset for r in read_partition(bootstrap, out, 0).open if r.key == b"mine")
     assert 0 < start <= first
     assert transaction_outcome(bootstrap, txn, {(topic, partition): start}) == "open"
@@ -188,23 +201,31 @@ def test_settling_and_the_oracle_read_past_a_megabyte_of_records(bootstrap, out,
 # -- item 6: definite errors -------------------------------------------------------------------
 
 
-def test_endtxn_for_a_producer_id_the_coordinator_does_not_know(bootstrap, broker, out, tmp_path):
-    """Kafka answers INVALID_PRODUCER_ID_MAPPING; Tansu 0.6.0 closes the connection (measured).
-    Either way no record of that producer is in the output, so the sink can neither commit
-    nor call it lost: it fails loudly (at once on Kafka, after commitTimeout on Tansu, where
-    the refusal is indistinguishable from an outage), never guessing."""
+def test_endtxn_for_a_producer_id_the_coordinator_does_not_know(bootstrap, out, tmp_path,
+                                                               monkeypatch):
+    """The coordinator answers INVALID_PRODUCER_ID_MAPPING. No record of that producer is in the
+    output, so the sink can neither commit nor call it lost: it fails loudly at once, naming
+    the error, after one EndTxn: no retries until commitTimeout, and no guess."""
+    from sinks import kafka_commit
+
     sink = make_sink(bootstrap, out, tmp_path / "ck")
     sink.open()
     real = prepare(sink, 1, 0, 0, "real")
     unknown = dict(real, producer_id=real["producer_id"] + 10_000)
-    with pytest.raises((TransientTxnError, OutcomeUnreadable)) as e:
+    with pytest.raises(OutcomeUnreadable) as e:
         sink.commit(1, {0: unknown})
+    assert "INVALID_PRODUCER_ID_MAPPING" in str(e.value) or "InvalidProducerIdMapping" in str(
+        e.value), str(e.value)
     assert "not in the log" in str(e.value)
-    if not broker.supports("endtxn_fenced_error"):
-        assert isinstance(e.value, TransientTxnError) and e.value.closed_by_broker
+    sent: list[int] = []
+    end = kafka_commit.end_transaction
+    monkeypatch.setattr(sys.modules["sinks.kafka"], "end_transaction",
+                        lambda cluster, txn, **kw: (sent.append(txn.producer_id),
+                                                    end(cluster, txn, **kw))[1])
     writer = TwoPhaseCommitWriter(sink)
-    with pytest.raises((CommitTimeoutError, OutcomeUnreadable)):
+    with pytest.raises(OutcomeUnreadable):
         writer._commit(1, {0: unknown}, recovering=True)
+    assert sent == [unknown["producer_id"]]  # a definite answer is not retried
     sink.abort([unknown])  # a definite error in abort is logged, not raised
     sink.abort([real])
     assert read_partition(bootstrap, out, 0).open == []
@@ -241,8 +262,6 @@ def test_a_batchs_transactions_are_committed_together_and_all_land(bootstrap, ou
     import threading
 
     from sinks import kafka_commit
-    from sinks.two_phase_commit import PreparedPartition
-
     sink = make_sink(bootstrap, out, tmp_path / "ck")
     writer = TwoPhaseCommitWriter(sink)
     writer.ready_for_tasks = True
@@ -273,3 +292,193 @@ def test_a_batchs_transactions_are_committed_together_and_all_land(bootstrap, ou
     assert finds == []  # batch 1: every coordinator known from batch 0
     assert tags(bootstrap, out) == sorted(f"b{b}p{p}".encode() for b in (0, 1) for p in partitions)
     assert read_partition(bootstrap, out, 0).open == []
+
+
+# -- issue 21: every failure path on the real coordinator ---------------------------------------
+
+
+def _spy_end_transaction(monkeypatch) -> list[tuple[int, str]]:
+    """(producer id, outcome) of every EndTxn the sink sends: "NONE" or the exception's text."""
+    from sinks import kafka_commit
+
+    calls: list[tuple[int, str]] = []
+    end = kafka_commit.end_transaction
+
+    def end_transaction(cluster, txn, **kw):
+        try:
+            end(cluster, txn, **kw)
+        except Exception as e:
+            calls.append((txn.producer_id, f"{type(e).__name__}: {e}"))
+            raise
+        calls.append((txn.producer_id, "NONE"))
+
+    monkeypatch.setattr(sys.modules["sinks.kafka"], "end_transaction", end_transaction)
+    return calls
+
+
+def test_the_request_versions_are_pinned():
+    """What the coordinator's rules depend on (KIP-890 part 2: v5+ EndTxn bumps the epoch)."""
+    assert (END_TXN_VERSION, INIT_PRODUCER_ID_VERSION) == (1, 3)
+
+
+def test_a_commit_retried_after_the_driver_died_between_endtxn_and_its_record_reads_none(
+        bootstrap, out, tmp_path, caplog, monkeypatch):
+    """The driver's EndTxn(commit) landed, then the driver died before recording the partition
+    committed. Recovery sends the same EndTxn again: the coordinator answers NONE (a repeated
+    commit of a completed transaction, same epoch), so no refusal needs settling, and the
+    records are committed once."""
+    sink = make_sink(bootstrap, out, tmp_path / "ck")
+    sink.open()
+    handle = prepare(sink, 3, 0, 0, "once")
+    txlog = _decided(sink, 3, handle)
+    sink.commit(3, {0: handle})  # EndTxn done; the crash comes before record_committed
+    calls = _spy_end_transaction(monkeypatch)
+    with caplog.at_level(logging.INFO):
+        TwoPhaseCommitWriter(make_sink(bootstrap, out, tmp_path / "ck")).prepare_for_tasks()
+    assert calls == [(handle["producer_id"], "NONE")]
+    assert "holds its COMMIT marker" not in caplog.text  # no refusal to settle
+    assert txlog.state(3).committed == {0} and txlog.state(3).done
+    assert len(read_partition(bootstrap, out, 0).committed) == 5
+
+
+def test_a_transaction_aborted_by_the_brokers_timeout_is_lost_and_rewritten(
+        bootstrap, out, tmp_path, caplog, monkeypatch):
+    """kafka.transaction.timeout.ms=2000 and a driver frozen past it after its decision: the
+    coordinator aborts the prepared transaction itself (ABORT marker, epoch bumped). The
+    recovery's EndTxn is refused (INVALID_PRODUCER_EPOCH), the output's ABORT marker settles
+    it as lost, the partition is rewritten by the replay: nothing duplicated, nothing missing."""
+    sink = make_sink(bootstrap, out, tmp_path / "ck", **{"kafka.transaction.timeout.ms": "2000"})
+    sink.open()
+    handle = prepare(sink, 2, 0, 0, "timedout")
+    txlog = _decided(sink, 2, handle)
+    deadline = time.monotonic() + 30  # the driver, frozen: the broker's timeout fires
+    while not read_partition(bootstrap, out, 0).aborted:
+        assert time.monotonic() < deadline, "the broker never aborted the timed-out transaction"
+        time.sleep(0.5)
+    calls = _spy_end_transaction(monkeypatch)
+    restarted = TwoPhaseCommitWriter(make_sink(bootstrap, out, tmp_path / "ck",
+                                               **{"kafka.transaction.timeout.ms": "2000"}))
+    with caplog.at_level(logging.WARNING):
+        restarted.prepare_for_tasks()
+    assert "were lost before their commit" in caplog.text
+    assert len(calls) == 1 and "INVALID_PRODUCER_EPOCH" in calls[0][1], calls
+    assert txlog.state(2).committed == set() and not txlog.state(2).done
+    # the replay: the partition's task runs again, and the driver commits its new handle
+    replay = make_sink(bootstrap, out, tmp_path / "ck", **{"kafka.transaction.timeout.ms": "2000"})
+    replay.open()
+    again = prepare(replay, 2, 0, 0, "timedout")
+    restarted.commit([PreparedPartition(2, 0, 0, again)], 2)
+    log = read_partition(bootstrap, out, 0)
+    assert sorted(r.value for r in log.committed) == sorted(f"timedout-{i}".encode()
+                                                           for i in range(5))
+    assert len(log.aborted) == 5 and log.open == []
+
+
+def test_concurrent_transactions_while_the_coordinator_writes_markers_is_retried(
+        bootstrap, out, tmp_path, monkeypatch):
+    """An EndTxn that reaches the coordinator while it is still writing the markers of an
+    EndTxn for the same transaction is answered CONCURRENT_TRANSACTIONS (retriable): the
+    sink retries it until the coordinator answers NONE, and the batch commits once."""
+    from sinks import kafka_commit
+    from kafka.protocol.producer.transaction import EndTxnRequest
+
+    sink = make_sink(bootstrap, out, tmp_path / "ck", commitTimeout="30s")
+    writer = TwoPhaseCommitWriter(sink)
+    writer.ready_for_tasks = True
+    calls = _spy_end_transaction(monkeypatch)
+    client = kafka_commit.commit_client(bootstrap)
+    # The race is the coordinator's: the second EndTxn nearly always arrives while the first's
+    # markers are being written (seen 19 times in 20); a few batches make it certain.
+    for batch in range(5):
+        sink.open()
+        handle = prepare(sink, batch, 0, 0, f"concurrent{batch}")
+        txn = kafka_commit.PreparedTxn(handle["transactional_id"], handle["producer_id"],
+                                       handle["producer_epoch"])
+        node = kafka_commit.find_transaction_coordinator(bootstrap, txn.transactional_id)
+        with client._lock:  # someone else's EndTxn(commit), not waited for
+            client._net(10).send(node, EndTxnRequest(
+                transactional_id=txn.transactional_id, producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch, committed=True, version=END_TXN_VERSION))
+        writer.commit([PreparedPartition(batch, 0, 0, handle)], batch)
+        assert calls[-1][1] == "NONE", calls
+        assert TransactionLog(sink.settings.checkpoint_location).state(batch).done
+        if any("CONCURRENT_TRANSACTIONS" in outcome for _, outcome in calls):
+            break
+    assert any("CONCURRENT_TRANSACTIONS" in outcome for _, outcome in calls), calls
+    log = read_partition(bootstrap, out, 0)
+    assert len(log.committed) == 5 * (batch + 1) and log.open == []
+
+
+def test_a_zombie_attempt_fenced_by_its_successor_never_becomes_visible(bootstrap, out, tmp_path):
+    """Attempt 0 of (batch 5, partition 0) is still writing when the restarted query's attempt 0
+    of the same partition begins (same transactional id: init_transactions fences the zombie and
+    aborts its transaction). The zombie's later writes fail with a fenced producer, its preCommit
+    never yields a handle, and none of its records is visible; the successor's are, once."""
+    from confluent_kafka import KafkaError, KafkaException as LibrdkafkaError
+
+    zombie_sink = make_sink(bootstrap, out, tmp_path / "ck")
+    zombie_sink.open()
+    zombie = zombie_sink.beginTransaction(TaskInfo(5, 0, 0))
+    zombie_sink.invoke(zombie, _records("zombie", 3))
+    zombie.producer.flush(10)
+
+    successor_sink = make_sink(bootstrap, out, tmp_path / "ck")
+    successor_sink.open()
+    handle = prepare(successor_sink, 5, 0, 0, "successor")  # fences the zombie
+    with pytest.raises(LibrdkafkaError) as fenced:
+        zombie_sink.invoke(zombie, _records("zombie-late", 3))
+        zombie_sink.preCommit(zombie)
+    assert fenced.value.args[0].code() == KafkaError._FENCED, fenced.value
+    TwoPhaseCommitWriter(successor_sink).commit([PreparedPartition(5, 0, 0, handle)], 5)
+    log = read_partition(bootstrap, out, 0)
+    assert {r.key for r in log.committed} == {b"successor"}
+    assert len(log.committed) == 5
+    assert log.open == []
+
+
+@pytest.mark.parametrize("failure", ["killed", "frozen"])
+def test_the_broker_killed_or_frozen_while_a_batch_commits(any_broker, bootstrap, out, tmp_path,
+                                                            failure):
+    """The broker is SIGKILLed (then started again on its data directory) or SIGSTOPped (then
+    continued) after the batch was decided and while the driver commits it: the commit retries
+    through the outage and lands; every record exactly once, nothing left open."""
+    import threading
+
+    broker = any_broker
+    if broker.node is None:
+        pytest.skip(f"the {broker.kind} broker is not run by this machine: it cannot be killed")
+    create_topic(bootstrap, out + "-b", 3)
+    sink = make_sink(bootstrap, out + "-b", tmp_path / "ck", commitTimeout="120s",
+                     commitRetries="1000")
+    writer = TwoPhaseCommitWriter(sink)
+    writer.ready_for_tasks = True
+    sink.open()
+    messages = [PreparedPartition(0, p, 0, prepare(sink, 0, p, 0, f"p{p}")) for p in range(3)]
+    errors: list[BaseException] = []
+
+    def commit():
+        try:
+            writer.commit(messages, 0)
+        except BaseException as e:  # noqa: BLE001  (asserted below)
+            errors.append(e)
+
+    if failure == "killed":
+        broker.node.kill()
+    else:
+        broker.freeze()
+    committer = threading.Thread(target=commit)
+    try:
+        committer.start()
+        time.sleep(3)  # the driver's first EndTxns meet no broker
+        assert committer.is_alive(), errors
+    finally:
+        if failure == "killed":
+            broker.node.restart()
+        else:
+            broker.resume()
+    committer.join(150)
+    assert not committer.is_alive() and not errors, errors
+    logs = [read_partition(bootstrap, out + "-b", p) for p in range(3)]
+    assert sorted(r.value for log in logs for r in log.committed) == sorted(
+        f"p{p}-{i}".encode() for p in range(3) for i in range(5))
+    assert all(log.open == [] for log in logs)

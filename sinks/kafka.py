@@ -163,6 +163,10 @@ def _callbacks(current, *, statistics: bool) -> dict[str, Any]:
         # Delivery reports for failures only: no Python callback per record on the hot path.
         "delivery.report.only.error": True,
         "on_delivery": lambda err, msg: current().errors.append(err),
+        # A fatal error (a fenced transactional producer: a newer attempt of the partition
+        # took its id over) is kept first among the task's errors: invoke and preCommit raise
+        # it, naming what happened (see _fatal_from).
+        "error_cb": lambda err: current().errors.insert(0, err) if err.fatal() else None,
     }
     if statistics:
         # Statistics carry the producer id and epoch (eos) and the partitions written;
@@ -172,6 +176,20 @@ def _callbacks(current, *, statistics: bool) -> dict[str, Any]:
         conf["statistics.interval.ms"] = str(STATS_INTERVAL_MS)
         conf["stats_cb"] = lambda s: setattr(current(), "stats_json", s)
     return conf
+
+
+def _fatal_from(call, *args):
+    """`call(*args)` (a producer's poll or flush), raising a fatal librdkafka error as the
+    KafkaException it is. confluent-kafka raises a fenced producer's fatal error inside the
+    delivery callback that follows, which then fails as `SystemError: ... returned a result
+    with an exception set` (seen on Apache Kafka 4.4 and 3.9 with a zombie attempt): its cause
+    is the KafkaException."""
+    try:
+        return call(*args)
+    except SystemError as e:
+        if isinstance(e.__cause__, KafkaException):
+            raise e.__cause__ from None
+        raise
 
 
 #: How often a transactional producer reports statistics (preCommit waits for one after its
@@ -510,6 +528,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 except BufferError:
                     _produce_when_room(producer, default_topic, value=value, key=key)
             producer.poll(0)
+            self._raise_fatal(txn)
             return
         topics = (batch.column("topic").to_pylist() if "topic" in names and not default_topic
                   else [None] * n)
@@ -530,15 +549,22 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 produce(topic, **kwargs)
             except BufferError:
                 _produce_when_room(producer, topic, **kwargs)
-        producer.poll(0)
+        _fatal_from(producer.poll, 0)
+        self._raise_fatal(txn)
+
+    def _raise_fatal(self, txn: KafkaTxn) -> None:
+        """Stop writing at a fatal producer error: a fenced producer is a zombie attempt."""
+        if txn.errors and isinstance(txn.errors[0], KafkaError) and txn.errors[0].fatal():
+            raise KafkaException(txn.errors[0])
 
     def preCommit(self, txn: KafkaTxn) -> Handle:
         producer = txn.producer
         deadline = time.monotonic() + self.options.flush_timeout_s
-        while producer.flush(1.0) > 0:
+        while _fatal_from(producer.flush, 1.0) > 0:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.describe()}: records not delivered within flushTimeout")
         if txn.errors:
+            self._raise_fatal(txn)
             raise KafkaException(txn.errors[0])
         if txn.transactional_id is None:
             # At-least-once / none: delivered, acknowledged; the producer stays in its cache.

@@ -59,6 +59,19 @@ UNKNOWN = {INVALID_PRODUCER_ID_MAPPING, TRANSACTIONAL_ID_NOT_FOUND}
 
 COMMITTED, ABORTED, OPEN = "committed", "aborted", "open"
 
+#: The request versions the commit client sends, pinned, and the same for a first attempt and
+#: every retry. The coordinator chooses its rules by EndTxn's version (KIP-890 part 2): v0-4
+#: get the classic ones on every cluster, transaction.version 2 or not (the epoch must match;
+#: a repeated commit of a completed transaction answers NONE; no epoch bump), which is what the
+#: tasks' librdkafka producers (EndTxn v0-1, AddPartitionsToTxn v<4) begin their transactions
+#: with. v5+ would bump the epoch at every commit, and mixing versions between a send and its
+#: retry turns the retry into PRODUCER_FENCED or INVALID_TXN_STATE. InitProducerId v3 (Kafka
+#: 2.5+) fences with producer id and epoch -1, as a new producer's init_transactions does.
+#: Verified on Apache Kafka 4.4.0 (transaction.version 2) and 3.9.2: integration_tests/
+#: test_kafka_sink_commit.py.
+END_TXN_VERSION = 1
+INIT_PRODUCER_ID_VERSION = 3
+
 
 # -- errors ---------------------------------------------------------------------------------
 
@@ -406,7 +419,7 @@ def end_transaction(
                 producer_id=txn.producer_id,
                 producer_epoch=txn.producer_epoch,
                 committed=commit,
-                version=1,
+                version=END_TXN_VERSION,
             ),
             node, timeout_s=timeout_s,
         )
@@ -427,7 +440,8 @@ def fence_transactional_id(
     """InitProducerId for `transactional_id`, as a new producer's `init_transactions` does: the
     coordinator bumps the epoch and aborts the id's open transaction, if any. Raw, so that it
     costs two round trips and no librdkafka instance. Version 3 (Kafka 2.5+) with producer id
-    and epoch -1: Tansu 0.6.0 answers versions 0-2 with UNKNOWN_SERVER_ERROR."""
+    and epoch -1 (the embedded demo broker, Tansu 0.6.0, answers versions 0-2 with
+    UNKNOWN_SERVER_ERROR)."""
     deadline = time.monotonic() + deadline_s
     while True:
         try:
@@ -435,7 +449,8 @@ def fence_transactional_id(
             r = commit_client(cluster).call(
                 InitProducerIdRequest(transactional_id=transactional_id,
                                       transaction_timeout_ms=transaction_timeout_ms,
-                                      producer_id=-1, producer_epoch=-1, version=3),
+                                      producer_id=-1, producer_epoch=-1,
+                                      version=INIT_PRODUCER_ID_VERSION),
                 node, timeout_s=timeout_s,
             )
             error = txn_error(r.error_code, f"InitProducerId({transactional_id})")
