@@ -35,6 +35,10 @@ PARTITIONS, PER_PARTITION = 3, 100
 
 @pytest.fixture
 def pipeline(bootstrap, tmp_path):
+    return _pipeline(bootstrap, tmp_path)
+
+
+def _pipeline(bootstrap, tmp_path):
     topic, out = unique_topic("kin"), unique_topic("kout")
     create_topic(bootstrap, topic, PARTITIONS)
     create_topic(bootstrap, out, PARTITIONS)
@@ -79,12 +83,14 @@ KILL_POINTS = [
 NO_DAEMON_RUNS = (2, 3, 5)
 
 
-def test_kill_at_every_protocol_point_then_restart(bootstrap, pipeline):
+def test_kill_at_every_protocol_point_then_restart(any_broker, tmp_path):
     """One kill point per batch, in one killed-and-restarted sequence, with the runs that
     recover the deciding points started with spark.python.use.daemon=false (NO_DAEMON_RUNS:
     there the old stack-walking role check never recovered, and a crash after a partition's
-    EndTxn and before its committed marker duplicated that partition)."""
-    args, paths, expected, out = pipeline
+    EndTxn and before its committed marker duplicated that partition). On both cluster
+    generations: Apache Kafka 4.x (transaction.version 2) and 3.9."""
+    bootstrap = any_broker.bootstrap_servers
+    args, paths, expected, out = _pipeline(bootstrap, tmp_path)
 
     def nothing_twice(point: str, batch: int) -> None:
         got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
