@@ -129,7 +129,7 @@ def _resolve_with_ivy(coordinates: list[str], work: Path, lib: Path) -> None:
     if ivy is None:
         raise KafkaUnavailable("neither mvn nor PySpark's Ivy jar is available")
     deps = "".join(
-        f'<dependency org="{g}" name="{a}" rev="{v}" conf="default->runtime(*),master(*)"/>'
+        f'<dependency org="{g}" name="{a}" rev="{v}" conf="default->default"/>'
         for g, a, v in (c.split(":") for c in coordinates)
     )
     (work / "ivy.xml").write_text(
@@ -137,7 +137,7 @@ def _resolve_with_ivy(coordinates: list[str], work: Path, lib: Path) -> None:
         f'<dependencies>{deps}</dependencies></ivy-module>\n')
     cmd = ["java", "-jar", str(ivy), "-ivy", str(work / "ivy.xml"), "-cache",
            str(work / "ivy-cache"), "-retrieve", f"{lib}/[artifact]-[revision](-[classifier]).[ext]",
-           "-types", "jar,bundle", "-confs", "default"]
+           "-confs", "default"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         raise KafkaUnavailable(
