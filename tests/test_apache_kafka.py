@@ -1,0 +1,93 @@
+"""The Apache Kafka test broker's pure parts: its configuration, the pom that fetches it, where
+its jars are cached, and the message when nothing can fetch them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from connectors.testing import apache_kafka as ak
+from connectors.testing.certs import generate_test_pki
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return generate_test_pki(str(tmp_path_factory.mktemp("pki")))
+
+
+def _props(pki, generation=ak.LATEST):
+    ports = {name: 10000 + i for i, name in enumerate((*ak.LISTENERS, "CONTROLLER"))}
+    return ak.server_properties(generation, ports, "/data", pki, {"alice": "pw1", "limited": "pw2"})
+
+
+def test_one_node_holds_its_internal_topics_with_one_replica(pki):
+    props = _props(pki)
+    assert props["process.roles"] == "broker,controller"
+    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+                "transaction.state.log.min.isr", "min.insync.replicas"):
+        assert props[key] == "1", key
+    # every listener advertised on loopback, the controller's not
+    assert "CONTROLLER" not in props["advertised.listeners"]
+    assert props["advertised.listeners"].count("127.0.0.1") == len(ak.LISTENERS)
+
+
+def test_secured_listeners_and_the_authorizer(pki):
+    props = _props(pki)
+    protocols = dict(p.split(":") for p in props["listener.security.protocol.map"].split(","))
+    assert protocols == {"PLAINTEXT": "PLAINTEXT", "SASL_SSL": "SASL_SSL", "SSL": "SSL",
+                         "MTLS": "SSL", "SASL_PLAINTEXT": "SASL_PLAINTEXT",
+                         "CONTROLLER": "PLAINTEXT"}
+    assert props["listener.name.mtls.ssl.client.auth"] == "required"
+    assert "StandardAuthorizer" in props["authorizer.class.name"]
+    supers = props["super.users"].split(";")
+    assert f"User:{ak.LIMITED_USER}" not in supers and f"User:{ak.SCRAM_USER}" in supers
+    assert 'user_limited="pw2"' in props["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    assert "BEGIN PRIVATE KEY" in props["ssl.keystore.key"]
+
+
+def test_share_coordinator_settings_only_where_the_broker_knows_them(pki):
+    assert "share.coordinator.state.topic.replication.factor" in _props(pki, ak.LATEST)
+    assert "share.coordinator.state.topic.replication.factor" not in _props(pki, ak.GENERATION_3)
+
+
+def test_pem_values_are_escaped_for_java_properties(pki):
+    text = ak._properties_text(_props(pki))
+    key_line = next(line for line in text.splitlines() if line.startswith("ssl.keystore.key="))
+    assert "\\n" in key_line and "BEGIN PRIVATE KEY" in key_line
+
+
+def test_the_pom_lists_each_coordinate():
+    pom = ak._pom(["org.apache.kafka:kafka_2.13:4.4.0", "a.b:c:1.2"])
+    assert "<artifactId>kafka_2.13</artifactId><version>4.4.0</version>" in pom
+    assert "<groupId>a.b</groupId><artifactId>c</artifactId><version>1.2</version>" in pom
+
+
+def test_the_cache_is_outside_the_repository(monkeypatch, tmp_path):
+    monkeypatch.delenv("KAFKA_EOS_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert ak.cache_dir() == tmp_path / "kafka-eos"
+    monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path / "mine"))
+    assert ak.cache_dir() == tmp_path / "mine"
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.delenv("KAFKA_EOS_CACHE")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert repo not in ak.cache_dir().resolve().parents
+
+
+def test_no_maven_and_no_ivy_says_what_is_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path))
+    real_which = ak.shutil.which
+    monkeypatch.setattr(ak.shutil, "which", lambda n: None if n == "mvn" else real_which(n))
+    monkeypatch.setattr(ak, "_ivy_jar", lambda: None)
+    with pytest.raises(ak.KafkaUnavailable) as e:
+        ak.kafka_jars(ak.LATEST)
+    assert "mvn is not installed" in str(e.value) and "Ivy" in str(e.value)
+    assert not (tmp_path / "apache-kafka" / ak.LATEST.version / "complete").exists()
+
+
+def test_no_java_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path))
+    monkeypatch.setattr(ak.shutil, "which", lambda n: None)
+    with pytest.raises(ak.KafkaUnavailable, match="Java 17"):
+        ak.kafka_jars(ak.LATEST)
