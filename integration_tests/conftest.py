@@ -62,6 +62,16 @@ def freezable_broker(broker: Broker) -> Broker:
 
 
 @pytest.fixture(scope="session")
+def secured_kafka(broker: Broker) -> Broker:
+    """The Apache Kafka node whose own secured listeners the secured tests use: the session's
+    broker when it is one (integration_tests/secured.py)."""
+    from integration_tests.secured import secured_kafka_broker
+
+    with secured_kafka_broker(broker) as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
 def bootstrap(broker: Broker) -> str:
     return broker.bootstrap_servers
 

@@ -1,50 +1,49 @@
-"""The secured cluster of the secured tests: real Apache Kafka's SASL_SSL listener (SCRAM-SHA-512)
-where a Docker engine answers, as the rest of the suite runs there; otherwise, or for what that
-listener does not offer, the embedded broker behind the TLS- and SASL-terminating test proxy."""
+"""The secured cluster of the secured tests: real Apache Kafka's own secured listeners (SASL_SSL
+with SCRAM-SHA-512, SSL with client certificates, SASL_PLAINTEXT with PLAIN...), on the node the
+session's `broker` already runs (no broker of their own). Where the session's broker is not such
+a node (a Docker engine gave a Testcontainers broker), the `secured_kafka` fixture starts one
+Apache Kafka node from its Maven jars for the whole session."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import shutil
-import tempfile
 from collections.abc import Iterator
 
-from connectors.testing.broker import docker_available, secured_container
-from connectors.testing.certs import generate_test_pki
-from connectors.testing.secured import SecuredBroker, secured_broker
+import pytest
 
-CONTAINER_MECHANISM = "SCRAM-SHA-512"
+from connectors.testing.broker import Broker
+from connectors.testing.secured import SecuredBroker, secured_listener
 
-
-def _use_container(protocol: str, mechanism: str, mtls: bool) -> bool:
-    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
-        return False
-    if (protocol, mechanism, mtls) != ("SASL_SSL", CONTAINER_MECHANISM, False):
-        return False
-    return docker_available()[0]
+__all__ = ["SecuredBroker", "secured_cluster", "secured_kafka_broker"]
 
 
 @contextlib.contextmanager
-def secured_cluster(protocol: str, *, mechanism: str = CONTAINER_MECHANISM,
-                    mtls: bool = False) -> Iterator[SecuredBroker]:
-    if not _use_container(protocol, mechanism, mtls):
-        with secured_broker(protocol, mechanism=mechanism, mtls=mtls) as b:  # type: ignore[arg-type]
-            yield b
+def secured_kafka_broker(broker: Broker) -> Iterator[Broker]:
+    """`broker` itself when it is an Apache Kafka node this machine runs, else one started for
+    the session; a skip when KAFKA_BOOTSTRAP_SERVERS names the cluster under test."""
+    if broker.node is not None:
+        yield broker
         return
-    workdir = tempfile.mkdtemp(prefix="secured-container-")
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        pytest.skip("KAFKA_BOOTSTRAP_SERVERS names the cluster under test: the secured tests need "
+                    "an Apache Kafka node of their own (its SASL_SSL, SSL, mTLS and "
+                    "SASL_PLAINTEXT listeners), started only when no cluster is given")
+    from connectors.testing.apache_kafka import KafkaUnavailable, apache_kafka_broker
+
     try:
-        pki = generate_test_pki(os.path.join(workdir, "pki"))
-        user, password = "alice", secrets.token_urlsafe(16)
-        with secured_container(pki.server_cert_pem, pki.server_key_pem, pki.ca_pem,
-                               user, password) as (bootstrap, _broker):
-            yield SecuredBroker(
-                bootstrap_servers=bootstrap, protocol="SASL_SSL", mechanism=mechanism, pki=pki,
-                mtls=False, users={user: password},
-                client_options={"security.protocol": "SASL_SSL", "ssl.ca.location": pki.ca_pem,
-                                "sasl.mechanisms": mechanism, "sasl.username": user,
-                                "sasl.password": password},
-            )
+        cm = apache_kafka_broker()
+        node_broker = cm.__enter__()
+    except KafkaUnavailable as e:
+        pytest.skip(f"no Apache Kafka node for the secured tests: {e}")
+    try:
+        yield node_broker
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        cm.__exit__(None, None, None)
+
+
+def secured_cluster(broker: Broker, protocol: str, *, mechanism: str = "SCRAM-SHA-512",
+                    mtls: bool = False, user: str = "alice") -> SecuredBroker:
+    """A secured listener of `broker` (the `secured_kafka` fixture's node)."""
+    return secured_listener(broker.node, protocol, mechanism=mechanism, mtls=mtls,  # type: ignore[arg-type]
+                            user=user)

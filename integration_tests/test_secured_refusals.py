@@ -20,9 +20,14 @@ NOT_A_HANG_S = 60
 
 
 @pytest.fixture(scope="module")
-def sasl_ssl():
-    with secured_cluster("SASL_SSL") as b:
-        yield b
+def sasl_ssl(secured_kafka):
+    return secured_cluster(secured_kafka, "SASL_SSL", mechanism="SCRAM-SHA-512")
+
+
+@pytest.fixture(scope="module")
+def plaintext(secured_kafka) -> str:
+    """The node's PLAINTEXT listener (the "TLS client at a plaintext port" case)."""
+    return secured_kafka.node.address("PLAINTEXT")
 
 
 def _cases(b, plaintext_bootstrap: str) -> dict[str, tuple[dict[str, str], str]]:
@@ -76,8 +81,8 @@ def _sink_query(spark, options: dict[str, str], guarantee: str, tmp_path):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_source_refuses_at_query_start(spark, sasl_ssl, bootstrap, case, tmp_path):
-    options, option = _cases(sasl_ssl, bootstrap)[case]
+def test_the_source_refuses_at_query_start(spark, sasl_ssl, plaintext, case, tmp_path):
+    options, option = _cases(sasl_ssl, plaintext)[case]
     message = _fails_at_start(lambda: (
         spark.readStream.format("kafka-eos").options(**options)
         .option("subscribe", "anything").load()
@@ -87,15 +92,15 @@ def test_the_source_refuses_at_query_start(spark, sasl_ssl, bootstrap, case, tmp
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_exactly_once_sink_refuses_at_query_start(spark, sasl_ssl, bootstrap, case, tmp_path):
-    options, option = _cases(sasl_ssl, bootstrap)[case]
+def test_the_exactly_once_sink_refuses_at_query_start(spark, sasl_ssl, plaintext, case, tmp_path):
+    options, option = _cases(sasl_ssl, plaintext)[case]
     message = _fails_at_start(lambda: _sink_query(spark, options, "exactly-once", tmp_path))
     _assert_refused(message, option, options, sasl_ssl)
 
 
-def test_the_at_least_once_sink_refuses_at_query_start(spark, sasl_ssl, bootstrap, tmp_path):
+def test_the_at_least_once_sink_refuses_at_query_start(spark, sasl_ssl, plaintext, tmp_path):
     """Without transactions the tasks' producers are the only clients: their librdkafka
     settings are checked at start the same way."""
-    options, option = _cases(sasl_ssl, bootstrap)["wrong password"]
+    options, option = _cases(sasl_ssl, plaintext)["wrong password"]
     message = _fails_at_start(lambda: _sink_query(spark, options, "at-least-once", tmp_path))
     _assert_refused(message, option, options, sasl_ssl)

@@ -1,73 +1,78 @@
-"""A local Kafka broker that really demands TLS and/or SASL, for tests of secured clusters.
+"""The secured listeners of a running Apache Kafka node, as tests of secured clusters use them.
 
-Tansu 0.6.0 serves neither TLS nor lasting SASL users (DESIGN.md section 10), so a plaintext
-Tansu runs behind `KafkaProxy`, which terminates TLS and SASL. Tansu advertises the proxy's
-address, so clients that follow metadata come back through the proxy and authenticate again.
+`connectors.testing.apache_kafka` starts one node serving every listener the tests need, the
+broker itself demanding TLS and SASL (no proxy in between): SASL_SSL (SCRAM-SHA-512/256, PLAIN;
+client certificates requested), SSL (no client authentication), MTLS (SSL, client certificate
+required), SASL_PLAINTEXT (PLAIN, SCRAM). `secured_listener()` picks the listener for a
+(protocol, mechanism, mTLS) combination and gives the bootstrap address and the options a
+correctly configured client sets. Metadata asked on a listener names that listener's address
+only, so clients that follow metadata stay on it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
-import secrets
-import shutil
-import signal
-import subprocess
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from connectors.testing.broker import _wait_until_ready, free_port, tansu_binary
-from connectors.testing.certs import TestPKI, generate_test_pki
-from connectors.testing.kafka_proxy import KafkaProxy, server_ssl_context
-
-__all__ = ["SecuredBroker", "SecurityProtocol", "secured_broker"]
-
-log = logging.getLogger(__name__)
+__all__ = ["SecuredBroker", "SecurityProtocol", "secured_listener"]
 
 SecurityProtocol = Literal["SSL", "SASL_SSL", "SASL_PLAINTEXT"]
+MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
 
 @dataclass
 class SecuredBroker:
-    """A running secured broker and what a correctly configured client needs to reach it."""
+    """One secured listener of a running broker and what a correctly configured client needs."""
 
-    #: The proxy's address: the only address clients should use (Tansu advertises it).
+    #: The secured listener's address (metadata asked on it leads back to it).
     bootstrap_servers: str
     protocol: SecurityProtocol
     #: The SASL mechanism clients are configured with; None for protocol "SSL".
     mechanism: str | None
-    pki: TestPKI
+    pki: Any  # connectors.testing.certs.TestPKI
     mtls: bool
-    #: SASL users (name -> password); empty for protocol "SSL".
+    #: The SASL user clients authenticate as (name -> password); empty for protocol "SSL".
     users: dict[str, str] = field(repr=False)
     #: librdkafka property names (no "kafka." prefix) a correctly configured client sets.
     client_options: dict[str, str] = field(repr=False)
-    #: Tansu's process id (tests freeze it with SIGSTOP).
-    pid: int | None = None
-    #: The proxy, e.g. for `proxy.sasl_exchanges` (which SASL versions clients used).
-    proxy: KafkaProxy | None = field(default=None, repr=False)
-    #: Tansu's own plaintext address: only for checks that must bypass the proxy.
+    #: The node's listener name (SASL_SSL, SSL, MTLS, SASL_PLAINTEXT).
+    listener: str = ""
+    #: The node's PLAINTEXT address (a super user): for set-up and checks behind the client's back.
     upstream_bootstrap_servers: str = ""
+    #: The connectors.testing.apache_kafka.ApacheKafka node serving the listener.
+    node: Any = field(default=None, repr=False)
 
     @property
     def username(self) -> str | None:
         return next(iter(self.users), None)
+
+    @property
+    def pid(self) -> int | None:
+        """The broker JVM's current process id (None while it is down)."""
+        process = getattr(self.node, "process", None)
+        return None if process is None else process.pid
 
     def options(self, prefix: str = "kafka.") -> dict[str, str]:
         """`client_options` with every key prefixed (the connectors' `kafka.`-style options)."""
         return {prefix + k: v for k, v in self.client_options.items()}
 
 
-def _client_options(
-    protocol: SecurityProtocol,
-    mechanism: str | None,
-    pki: TestPKI,
-    mtls: bool,
-    users: dict[str, str],
-) -> dict[str, str]:
+def listener_name(protocol: str, mtls: bool = False) -> str:
+    """The node's listener for a security protocol: SSL with a required client certificate is
+    MTLS; SASL_SSL requests (and verifies) a certificate, so it serves mutual TLS as well."""
+    if protocol == "SSL":
+        return "MTLS" if mtls else "SSL"
+    if protocol == "SASL_SSL":
+        return "SASL_SSL"
+    if protocol == "SASL_PLAINTEXT":
+        if mtls:
+            raise ValueError("mtls needs TLS: use protocol SSL or SASL_SSL")
+        return "SASL_PLAINTEXT"
+    raise ValueError(f"protocol must be SSL, SASL_SSL or SASL_PLAINTEXT, not {protocol!r}")
+
+
+def client_options(protocol: str, mechanism: str | None, pki: Any, mtls: bool,
+                   users: dict[str, str]) -> dict[str, str]:
     options = {"security.protocol": protocol}
     if protocol in ("SSL", "SASL_SSL"):
         options["ssl.ca.location"] = pki.ca_pem
@@ -84,90 +89,37 @@ def _client_options(
     return options
 
 
-@contextlib.contextmanager
-def secured_broker(
+def secured_listener(
+    node: Any,
     protocol: SecurityProtocol,
     *,
-    mechanism: str = "SCRAM-SHA-256",
+    mechanism: str = "SCRAM-SHA-512",
     mtls: bool = False,
-) -> Iterator[SecuredBroker]:
-    """Start Tansu behind a TLS/SASL-terminating proxy; yields once a client configured with
-    `client_options` can list topics; tears both down (and the generated PKI) on exit.
+    user: str = "alice",
+) -> SecuredBroker:
+    """The listener of `node` (a running `ApacheKafka`) for `protocol`, with the client options
+    of `user` (one of `node.passwords`: "alice", a super user, or "limited", no ACL at all).
 
-    `mechanism` applies to the SASL protocols (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); `mtls`
-    (TLS protocols only) makes the proxy demand a client certificate signed by the test CA.
-    """
-    if protocol not in ("SSL", "SASL_SSL", "SASL_PLAINTEXT"):
-        raise ValueError(f"protocol must be SSL, SASL_SSL or SASL_PLAINTEXT, not {protocol!r}")
-    if mtls and protocol == "SASL_PLAINTEXT":
-        raise ValueError("mtls needs TLS: use protocol SSL or SASL_SSL")
+    `mechanism` applies to the SASL protocols (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN); `mtls`
+    makes the client present the test client certificate (protocol SSL: the MTLS listener,
+    which requires one; SASL_SSL: the listener verifies it when presented)."""
+    listener = listener_name(protocol, mtls)
     sasl = protocol.startswith("SASL_")
-    tls = protocol in ("SSL", "SASL_SSL")
-
-    workdir = tempfile.mkdtemp(prefix="secured-kafka-")
-    try:
-        pki = generate_test_pki(os.path.join(workdir, "pki"))
-        users = {"alice": secrets.token_urlsafe(16)} if sasl else {}
-        ssl_context = (
-            server_ssl_context(
-                pki.server_cert_pem,
-                pki.server_key_pem,
-                client_ca_pem=pki.ca_pem if mtls else None,
-            )
-            if tls
-            else None
-        )
-        tansu_port = free_port()
-        upstream = f"127.0.0.1:{tansu_port}"
-        proxy = KafkaProxy(
-            upstream,
-            ssl_context=ssl_context,
-            sasl_users=users if sasl else None,
-            sasl_mechanisms=(mechanism,) if sasl else (),
-        )
-        with proxy:
-            bootstrap = proxy.bootstrap_servers
-            with open(os.path.join(workdir, "tansu.log"), "wb") as logfile:
-                proc = subprocess.Popen(
-                    [
-                        tansu_binary(),
-                        "broker",
-                        "--listener-url", f"tcp://{upstream}",
-                        # Metadata points clients at the proxy, never at the plaintext port.
-                        "--advertised-listener-url", f"tcp://{bootstrap}",
-                        "--storage-engine", "memory://tansu/",
-                    ],
-                    stdout=logfile,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # not killed with a pipeline's process group
-                )
-                try:
-                    # Plaintext check first (fast, and says "Tansu died" rather than "auth
-                    # failed"), then the real check through the proxy with the client options.
-                    _wait_until_ready(upstream, proc)
-                    options = _client_options(protocol, mechanism if sasl else None, pki, mtls, users)
-                    _wait_until_ready(bootstrap, proc, client_config=options)
-                    log.info("secured broker (%s) at %s, Tansu pid %d", protocol, bootstrap, proc.pid)
-                    yield SecuredBroker(
-                        bootstrap_servers=bootstrap,
-                        protocol=protocol,
-                        mechanism=mechanism if sasl else None,
-                        pki=pki,
-                        mtls=mtls,
-                        users=users,
-                        client_options=options,
-                        pid=proc.pid,
-                        proxy=proxy,
-                        upstream_bootstrap_servers=upstream,
-                    )
-                finally:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(proc.pid, signal.SIGCONT)  # a test may have left it frozen
-                    proc.terminate()
-                    try:
-                        proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait(10)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    if sasl and mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, not {mechanism!r}")
+    if sasl and user not in node.passwords:
+        raise ValueError(f"no SASL user {user!r} on this node (it has {sorted(node.passwords)})")
+    users = {user: node.passwords[user]} if sasl else {}
+    return SecuredBroker(
+        bootstrap_servers=node.address(listener),
+        protocol=protocol,
+        mechanism=mechanism if sasl else None,
+        pki=node.pki,
+        mtls=mtls,
+        users=users,
+        client_options=client_options(protocol, mechanism if sasl else None, node.pki, mtls,
+                                      users),
+        listener=listener,
+        upstream_bootstrap_servers=node.address("PLAINTEXT"),
+        node=node,
+    )
