@@ -276,6 +276,7 @@ log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 
 
 def _cluster_id() -> str:
+    # May start with "-": pass it as --cluster-id=ID, never as a separate argument.
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
@@ -332,7 +333,7 @@ class ApacheKafka:
             for mechanism in SCRAM_MECHANISMS:
                 scram += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
         result = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(),
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
                        "-c", str(self.workdir / "server.properties"), *scram),
             capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
