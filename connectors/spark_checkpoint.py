@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 from connectors.paths import Location, resolve
 from sinks import checkpoint
 from sinks.txn_log import LOG_DIR
+from sources.offsets import TOPIC_IDS_KEY
 
 
 class NotACheckpoint(ValueError):
@@ -31,7 +32,8 @@ class NotACheckpoint(ValueError):
 @dataclass(frozen=True)
 class SourceOffsets:
     """One source's line of an offsets file: kafka-eos's {"topic": {"partition": offset}}
-    as `partitions`; any other source's offset kept as its raw text."""
+    as `partitions` (its "@topicIds" left out); any other source's offset kept as its raw
+    text."""
 
     partitions: dict[tuple[str, int], int] | None
     raw: str
@@ -143,6 +145,8 @@ def _source_offsets(line: str) -> SourceOffsets:
         doc = json.loads(line)
     except ValueError:
         return SourceOffsets(None, line)
+    if isinstance(doc, dict):
+        doc = {k: v for k, v in doc.items() if k != TOPIC_IDS_KEY}  # kafka-eos's topic ids
     if isinstance(doc, dict) and doc and all(
         isinstance(parts, dict) and all(
             str(p).lstrip("-").isdigit() and isinstance(o, int) for p, o in parts.items())

@@ -205,10 +205,11 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         if self._initial is None:
             with self._dropping_client_on_error():
                 tps = self.resolver.partitions(strict=True)
+                ids = self.resolver.topic_ids(t for t, _ in tps)  # before the offsets
                 start = self.resolver.resolve(self.options.starting, tps,
                                               self.options.starting_option)
             log.info("kafka-eos: query starts at %s", off.to_json(start))
-            self._initial = off.to_json(start)
+            self._initial = off.to_json(start, ids)
         return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -228,25 +229,62 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         # next one only then. Spark's own commit(end) comes later, once a next batch is
         # decided, and never for the last batch of a Trigger.AvailableNow run.
         self._completed(start)
-        begin = off.from_json(start)
+        logged = off.from_json(start)
+        recorded = off.ids_from_json(start)
         with self._dropping_client_on_error():
-            latest = self._settled_latest(begin)
+            tps = list(self._target) if self._target is not None else \
+                self.resolver.partitions(strict=False)
+            # The ids are looked up before the offsets: a topic recreated between the two
+            # look-ups then gets its new offsets recorded under its old id, and the next batch
+            # sees the new id (data loss reported, never a silent skip). The other order would
+            # record the old topic's offsets under the new id: the skip this check prevents.
+            ids = self.resolver.topic_ids({t for t, _ in tps} | {t for t, _ in logged})
+            begin, renewed = self._renew_recreated(logged, recorded, ids)
+            latest = self._settled_latest(begin, tps)
             begin = self._reconcile(begin, latest)
         self._latest = latest
         if isinstance(limit, ReadAllAvailable):
             end = {tp: max(latest[tp], begin[tp]) for tp in latest}
         else:
             end = self._limited_end(begin, latest)
-        return off.to_json(end)
+        if end == logged and not renewed:
+            # No new batch. `start` as it was, so that ids recorded for the first time (offsets
+            # JSON of an older version) or a failed id look-up never make a batch of nothing.
+            return dict(start)
+        return off.to_json(end, off.carried_ids(recorded, ids, (t for t, _ in end)))
 
-    def _settled_latest(self, begin: off.PartitionOffsets) -> off.PartitionOffsets:
-        """Latest offsets (Trigger.AvailableNow's target if set), looked up again while any is
-        below `begin`, fetchOffset.numRetries times, before one that went back is believed."""
-        if self._target is not None:
-            tps = list(self._target)
-            first: off.PartitionOffsets | None = self._target
-        else:
-            tps, first = self.resolver.partitions(strict=False), None
+    def _renew_recreated(
+        self, begin: off.PartitionOffsets, recorded: off.TopicIds, ids: off.TopicIds
+    ) -> tuple[off.PartitionOffsets, list[str]]:
+        """Topics whose id differs from the one recorded with `begin`: deleted and created
+        again, whatever their offsets say (the new topic's may well be past the old ones).
+        Data loss: fail naming the topic and both ids, or with failOnDataLoss=false leave the
+        topic's partitions out of `begin`, so that they are read from the new topic's earliest
+        offsets as new partitions are (and from offset 0 in the plan: `offsets.replay_start`)."""
+        renewed = off.recreated_topics(recorded, ids, {t for t, _ in begin})
+        result = dict(begin)
+        for topic, old_id, new_id in renewed:
+            parts = {tp: o for tp, o in begin.items() if tp[0] == topic}
+            self.resolver.report_data_loss(
+                f"topic {topic} was deleted and created again (topic id {old_id}, now "
+                f"{new_id}); the query had read the old topic up to offsets "
+                + ", ".join(f"{t}-{p}: {o}" for (t, p), o in sorted(parts.items()))
+            )
+            log.warning(
+                "kafka-eos: skipped: whatever the old topic %s (id %s) held at or after those "
+                "offsets, and the new topic's offsets are not those of the old one; reading "
+                "the new topic %s (id %s) from its earliest offsets", topic, old_id, topic,
+                new_id)
+            for tp in parts:
+                del result[tp]
+        return result, [t for t, _, _ in renewed]
+
+    def _settled_latest(self, begin: off.PartitionOffsets,
+                        tps: list[off.TopicPartition]) -> off.PartitionOffsets:
+        """Latest offsets of `tps` (Trigger.AvailableNow's target if set), looked up again
+        while any is below `begin`, fetchOffset.numRetries times, before one that went back is
+        believed."""
+        first = self._target
         latest = off.settle_latest(
             lambda: self.resolver.latest(tps),
             begin,
@@ -316,13 +354,25 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         gets the same plan whatever the broker says now. Records removed since are data loss
         when they are read."""
         logged, stop = off.from_json(start), off.from_json(end)
-        begin, went_back = off.replay_start(logged, stop)
+        end_ids = off.ids_from_json(end)
+        renewed = off.recreated_topics(off.ids_from_json(start), end_ids, {t for t, _ in stop})
+        for topic, old_id, new_id in renewed:
+            report_data_loss(
+                self.options,
+                f"topic {topic} was deleted and created again (topic id {old_id}, now "
+                f"{new_id}) before this batch; its partitions are read from offset 0",
+            )
+        begin, went_back = off.replay_start(logged, stop, [t for t, _, _ in renewed])
         for tp in went_back:
             report_data_loss(
                 self.options,
                 f"the offsets of {tp[0]}-{tp[1]} went back from {logged[tp]} to {stop[tp]} "
                 "(topic recreated?)",
             )
+        if self._latest is None and end_ids:
+            # A batch logged by an earlier run, replayed now: if a topic was recreated since,
+            # its logged offsets name records of a topic that is gone.
+            begin, stop = self._without_topics_recreated_since(begin, stop, end_ids)
         plan = _plan(self.options, begin, stop)
         report_dir = self._report_dir(stop)
         if report_dir is not None:
@@ -338,6 +388,29 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
             while len(self._planned) > MAX_PLANNED:  # plans never completed (replanned)
                 del self._planned[next(iter(self._planned))]
         return plan  # type: ignore[return-value]
+
+    def _without_topics_recreated_since(
+        self, begin: off.PartitionOffsets, stop: off.PartitionOffsets, logged_ids: off.TopicIds
+    ) -> tuple[off.PartitionOffsets, off.PartitionOffsets]:
+        """`begin` and `stop` of a replayed batch, less the topics whose id is no longer the
+        one logged with it: data loss (fail, or with failOnDataLoss=false read nothing of them
+        in this batch; the next batch sees the new id and reads the new topic from its
+        earliest offsets). One id look-up, at a restart only."""
+        with self._dropping_client_on_error():
+            ids = self.resolver.topic_ids({t for t, _ in stop})
+        renewed = off.recreated_topics(logged_ids, ids, {t for t, _ in stop})
+        gone = {t for t, _, _ in renewed}
+        for topic, old_id, new_id in renewed:
+            report_data_loss(
+                self.options,
+                f"topic {topic} was deleted and created again (topic id {old_id}, now "
+                f"{new_id}) after a batch reading it was logged; that batch's records of the "
+                "old topic are gone, and it reads nothing of the new one",
+            )
+        if not gone:
+            return begin, stop
+        return ({tp: o for tp, o in begin.items() if tp[0] not in gone},
+                {tp: o for tp, o in stop.items() if tp[0] not in gone})
 
     def _report_dir(self, end: off.PartitionOffsets) -> str | None:
         location = self.options.task_metrics_location

@@ -2,7 +2,11 @@
 
 Offsets travel through Spark's offset log as JSON with the shape Spark's own Kafka source uses,
 `{"topic": {"0": 42}}`; inside the source they are a mapping from (topic, partition) to the
-next offset to read.
+next offset to read. Next to them the JSON records each topic's id (KIP-516) under the key
+`@topicIds` (no topic can be named so: `@` is not allowed in topic names), so that a topic
+deleted and created again under the same name is told apart from the one read before:
+`{"topic": {"0": 42}, "@topicIds": {"topic": "eV8o8el9Q922lRakACxvhA"}}`. Offsets JSON
+written before ids were recorded has no such key and is read as before.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +24,11 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
+#: topic name -> topic id (KIP-516), as the broker prints it (base64, 22 characters)
+TopicIds = dict[str, str]
+
+#: The offsets JSON key of the topic ids. `@` cannot occur in a Kafka topic name.
+TOPIC_IDS_KEY = "@topicIds"
 
 #: Sentinels inside a startingOffsets / endingOffsets JSON, as in Spark's Kafka source.
 EARLIEST = -2
@@ -40,20 +49,65 @@ class OffsetRange:
         return max(0, self.until_offset - self.from_offset)
 
 
-def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def to_json(offsets: Mapping[TopicPartition, int],
+            ids: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Spark's Kafka offsets JSON; with `ids`, the ids of the topics in `offsets` under
+    TOPIC_IDS_KEY (last; left out when none is known)."""
+    out: dict[str, dict[str, Any]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
+    known = {t: str(ids[t]) for t in sorted(out) if ids and ids.get(t)}
+    if known:
+        out[TOPIC_IDS_KEY] = known
     return out
 
 
 def from_json(doc: Mapping[str, Any]) -> PartitionOffsets:
-    """Inverse of `to_json`; used on offsets Spark hands back from its offset log."""
+    """Inverse of `to_json` (the offsets; `ids_from_json` gives the ids); used on offsets
+    Spark hands back from its offset log."""
     return {
         (topic, int(p)): int(off)
         for topic, parts in doc.items()
+        if topic != TOPIC_IDS_KEY
         for p, off in parts.items()
     }
+
+
+def ids_from_json(doc: Mapping[str, Any]) -> TopicIds:
+    """The topic ids recorded in an offsets JSON; empty for one written before they were."""
+    ids = doc.get(TOPIC_IDS_KEY)
+    if not isinstance(ids, Mapping):
+        return {}
+    return {str(t): str(i) for t, i in ids.items() if i}
+
+
+def recreated_topics(
+    recorded: Mapping[str, str], current: Mapping[str, str], topics: Iterable[str] | None = None
+) -> list[tuple[str, str, str]]:
+    """(topic, recorded id, current id) of each topic (of `topics`, else of either mapping)
+    whose id is known on both sides and differs: deleted and created again under its name.
+    A topic whose id is unknown on either side (offsets JSON from before ids were recorded, a
+    broker that gives none) is never taken for a recreated one."""
+    names = sorted(set(recorded) & set(current) if topics is None else set(topics))
+    return [
+        (t, recorded[t], current[t])
+        for t in names
+        if recorded.get(t) and current.get(t) and recorded[t] != current[t]
+    ]
+
+
+def carried_ids(
+    previous: Mapping[str, str], current: Mapping[str, str], topics: Iterable[str]
+) -> TopicIds:
+    """The ids to record for `topics`: the current one where the broker gave it, else the one
+    recorded before (no evidence of a change), so that a failed look-up neither loses the id
+    nor changes the offsets JSON."""
+    out: TopicIds = {}
+    for t in sorted(set(topics)):
+        known = current.get(t) or previous.get(t)
+        if known:
+            out[t] = known
+    return out
 
 
 def parse_offsets_option(
@@ -234,15 +288,19 @@ def settle_latest(
 
 
 def replay_start(
-    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]
+    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
+    recreated: Iterable[str] = (),
 ) -> tuple[PartitionOffsets, list[TopicPartition]]:
     """Where each partition of a logged batch [start, end) is read from, and which went back.
 
     Pure, so a replayed batch gets the same plan whatever the broker says now: a partition new
-    in `end`, or one whose end is below its start (topic recreated), is read from offset 0.
-    Records no longer there are data loss when the range is read.
+    in `end`, one whose end is below its start (topic recreated), or one of a topic in
+    `recreated` (its id differs between start and end) is read from offset 0. Records no longer
+    there are data loss when the range is read.
     """
     back = went_back(start, end)
+    renewed = set(recreated)
     begin = {tp: start[tp] for tp in end if tp in start}
-    begin.update({tp: 0 for tp in end if tp not in start or tp in back})
+    begin.update({tp: 0 for tp in end
+                  if tp not in start or tp in back or tp[0] in renewed})
     return begin, back

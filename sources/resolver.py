@@ -10,10 +10,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
+
 from connectors.options import OptionError
 from sources.kafka_options import KafkaSourceOptions, StartSpec, Subscription
 from connectors.kafka_client import KafkaMetadata, is_transient
-from sources.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
+from sources.offsets import EARLIEST, LATEST, PartitionOffsets, TopicIds, TopicPartition
 from sources.range_reader import DataLossError
 
 log = logging.getLogger(__name__)
@@ -24,8 +27,28 @@ T = TypeVar("T")
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
 
+#: librdkafka properties of consumers only (scope "C" in its CONFIGURATION.md): left out of the
+#: admin client's configuration, which would otherwise log a warning for each of them.
+CONSUMER_ONLY = frozenset({
+    "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms",
+    "heartbeat.interval.ms", "group.protocol.type", "group.protocol", "group.remote.assignor",
+    "coordinator.query.interval.ms", "max.poll.interval.ms", "enable.auto.commit",
+    "auto.commit.interval.ms", "enable.auto.offset.store", "queued.min.messages",
+    "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.queue.backoff.ms",
+    "fetch.message.max.bytes", "max.partition.fetch.bytes", "fetch.max.bytes",
+    "fetch.min.bytes", "fetch.error.backoff.ms", "offset.store.method", "isolation.level",
+    "enable.partition.eof", "check.crcs", "allow.auto.create.topics", "auto.offset.reset",
+    "auto.commit.enable", "offset.store.path", "offset.store.sync.interval.ms",
+    "consume.callback.max.messages",
+})
+#: Topic-level errors of DescribeTopics that mean "no such topic now", not a failure.
+_NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_ID}
+
 
 class OffsetResolver:
+    _admin: AdminClient | None = None  # for topic ids, opened on first use
+    _ids_unavailable = False  # the brokers refused to describe topics: ids not asked again
+
     def __init__(self, options: KafkaSourceOptions, *,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.options = options
@@ -34,6 +57,7 @@ class OffsetResolver:
         self.metadata = KafkaMetadata(options.kafka_conf, attempts=1)
 
     def close(self) -> None:
+        self._admin = None  # librdkafka destroys the handle with the object
         self.metadata.close()
 
     def _retrying(self, what: str, fn: Callable[[], T]) -> T:
@@ -87,6 +111,50 @@ class OffsetResolver:
         if strict:
             _check_assignment(sub, topics, self.options.bootstrap_servers)
         return [tp for tp in sub.assignment if tp[0] in topics and tp[1] < topics[tp[0]]]
+
+    # -- topic ids ----------------------------------------------------------------------------
+
+    def topic_ids(self, topics: Iterable[str]) -> TopicIds:
+        """Topic name -> topic id (KIP-516, Kafka 2.8+) of those of `topics` that exist, in one
+        Metadata round trip for all of them (DescribeTopics; a millisecond or two on a local
+        broker). A topic that does not exist now is left out (its partitions are data-loss
+        handling's business), and so is one whose id the broker does not give (all zeros): then
+        only offsets that went back tell a recreated topic. A refusal other than a transient
+        error (a broker without topic ids, missing DESCRIBE) is logged once, and ids are not
+        asked for again by this resolver."""
+        names = sorted(set(topics))
+        if not names or self._ids_unavailable:
+            return {}
+        try:
+            return self._retrying("describing topics", lambda: self._describe(names))
+        except Exception as e:
+            if is_transient(e):
+                raise
+            self._ids_unavailable = True
+            log.warning("kafka-eos: the topic ids of %s could not be read (%s); a topic deleted "
+                        "and created again is then told only by offsets that went back",
+                        ", ".join(names), e)
+            return {}
+
+    def _describe(self, names: list[str]) -> TopicIds:
+        if self._admin is None:
+            conf = {k: v for k, v in self.options.kafka_conf.items() if k not in CONSUMER_ONLY}
+            self._admin = AdminClient(conf)
+        futures = self._admin.describe_topics(TopicCollection(names), request_timeout=10)
+        ids: TopicIds = {}
+        for name, future in futures.items():
+            try:
+                described = future.result(timeout=15)
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if isinstance(err, KafkaError) and err.code() in _NO_TOPIC:
+                    continue
+                raise
+            uid = described.topic_id
+            if uid is not None and (uid.get_most_significant_bits()
+                                    or uid.get_least_significant_bits()):
+                ids[name] = str(uid)
+        return ids
 
     # -- offsets ------------------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ class ScriptedResolver(OffsetResolver):
         self.highs = list(highs)
         self.low = low
         self.latest_calls = 0
+        self.ids: dict[str, str] = {}  # topic ids the broker gives (none: as a broker < 2.8)
+        self.id_lookups = 0
 
     def close(self) -> None:
         pass
@@ -47,6 +49,10 @@ class ScriptedResolver(OffsetResolver):
 
     def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
         return {tp: self.low for tp in tps}
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        self.id_lookups += 1
+        return {t: self.ids[t] for t in topics if t in self.ids}
 
 
 class NoBroker:
