@@ -346,7 +346,8 @@ class ApacheKafka:
         out = open(self.workdir / "stdout.log", "ab")
         self.process = subprocess.Popen(
             self._java("kafka.Kafka", str(self.workdir / "server.properties")),
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent)
         out.close()
         try:
             _wait_until_ready(self.bootstrap_servers, self.process, timeout_s)
@@ -397,6 +398,16 @@ class ApacheKafka:
         if self.process is not None:
             self.kill()
         self.start(timeout_s)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started the broker dies (a test
+    run killed without its teardown leaves no broker behind). Its own session, so the
+    pipelines' process-group kills never reach it."""
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def finalized_feature(bootstrap: str, name: str, timeout_s: float = 10.0) -> int:
