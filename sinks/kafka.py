@@ -631,7 +631,10 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         except TransientTxnError as e:
             if not e.closed_by_broker:
                 raise
-            refusal = e  # Tansu's answer to a refused EndTxn: worth asking the output
+            # Workaround for the embedded demo broker (Tansu 0.6.0), which answers a refused
+            # EndTxn by closing the connection: worth asking the output. Real Kafka answers
+            # with an error code (TxnRefused above).
+            refusal = e
         self._settle(batch_id, partition, h, refusal)
 
     def _settle(self, batch_id: int, partition: int, h: Handle, refusal: Exception) -> None:

@@ -80,8 +80,9 @@ class TransientTxnError(ConnectionError):
     """The outcome is unknown: retry (the coordinator moved, the connection dropped, ...).
 
     `closed_by_broker`: the broker closed the connection after the request was sent, without
-    an answer. Tansu 0.6.0 answers every refused EndTxn (fenced epoch, unknown producer id or
-    transactional id) that way, so the output is worth consulting before retrying blindly.
+    an answer. The embedded demo broker (Tansu 0.6.0) answers every refused EndTxn (fenced
+    epoch, unknown producer id or transactional id) that way, so the output is worth consulting
+    before retrying blindly; Apache Kafka answers with an error code.
     """
 
     def __init__(self, message: str, *, closed_by_broker: bool = False) -> None:
@@ -340,8 +341,9 @@ def _is_refusal(error: BaseException | None) -> bool:
         error).lower()
 
 
-# kafka-python logs every dropped connection as an ERROR; Tansu drops one for each refused
-# EndTxn, and what matters reaches the sink's own log as the exception it raises.
+# kafka-python logs every dropped connection as an ERROR (a broker restarting, or the embedded
+# demo broker's answer to a refused EndTxn); what matters reaches the sink's own log as the
+# exception it raises.
 for _name in ("kafka.net.transport", "kafka.net.connection", "kafka.net.manager"):
     logging.getLogger(_name).setLevel(logging.CRITICAL)
 
