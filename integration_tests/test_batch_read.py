@@ -114,7 +114,7 @@ def test_starting_timestamp(spark, bootstrap):
     assert got == sorted([r for r in late if r.partition == 0] + [r for r in early + late if r.partition == 1])
 
 
-def test_transaction_markers_are_gaps_not_errors(spark, broker, bootstrap):
+def test_transaction_markers_are_gaps_not_errors(spark, bootstrap):
     """Transactional topics have control markers at some offsets (and the range's last offset
     is a COMMIT marker): the reader must step over them and still end on time."""
     from confluent_kafka import Producer
@@ -147,7 +147,4 @@ def test_transaction_markers_are_gaps_not_errors(spark, broker, bootstrap):
     values = [r.value for r in rows]
     assert offsets == sorted(set(offsets))
     assert offsets[-1] - offsets[0] + 1 > len(offsets), "markers should leave offset gaps"
-    if broker.supports("read_committed_hides_aborted"):
-        assert values == committed
-    else:  # the local broker returns aborted records even under read_committed (DESIGN.md 6)
-        assert sorted(values) == sorted(committed + aborted)
+    assert values == committed  # read_committed: the aborted transaction's records are hidden

@@ -1,11 +1,9 @@
 """A chained pipeline, exactly once end to end: topic A -> Spark -> topic B (`kafka-eos` sink,
 exactly-once) -> Spark (`kafka-eos` source) -> `delta-eos` table.
 
-The second hop reads B with read_committed. Against a broker whose read_committed hides aborted
-records (real Kafka under Testcontainers) the first hop is killed mid-stream and restarted, so
-B holds aborted transactions the second hop must not see. The local broker returns aborted
-records even under read_committed (DESIGN.md section 6), so there the first hop runs without
-failure injection: B then holds only committed transactions.
+The second hop reads B with read_committed. The first hop is killed mid-stream and restarted,
+so B holds aborted transactions the second hop must not see (real Apache Kafka hides them from
+read_committed consumers).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from integration_tests.streaming import run_to_end
 PIPELINE = "integration_tests.pipelines.eos_pipeline"
 
 
-def test_topic_to_topic_to_delta_exactly_once(spark, broker, bootstrap, tmp_path):
+def test_topic_to_topic_to_delta_exactly_once(spark, bootstrap, tmp_path):
     a, b = unique_topic("chainA"), unique_topic("chainB")
     create_topic(bootstrap, a, 3)
     create_topic(bootstrap, b, 3)
@@ -29,9 +27,8 @@ def test_topic_to_topic_to_delta_exactly_once(spark, broker, bootstrap, tmp_path
     first_hop = ["--bootstrap", bootstrap, "--topic", a, "--out-topic", b,
                  "--checkpoint", str(tmp_path / "ckpt1")]
     log = str(tmp_path / "hop1.log")
-    if broker.supports("read_committed_hides_aborted"):
-        proc = start_pipeline(PIPELINE, *first_hop, log_path=log, env={ENV: "after_some_commits@2"})
-        assert wait_exit(proc, log) == -signal.SIGKILL, log_tail(log)
+    proc = start_pipeline(PIPELINE, *first_hop, log_path=log, env={ENV: "after_some_commits@2"})
+    assert wait_exit(proc, log) == -signal.SIGKILL, log_tail(log)
     run_pipeline(PIPELINE, *first_hop, log_path=log)
 
     table = str(tmp_path / "table")

@@ -99,9 +99,7 @@ def test_new_topic_matching_pattern_is_picked_up(spark, bootstrap, tmp_path):
     _assert_exactly_once(all_records(out), expected)
 
 
-def test_partition_added_mid_stream(spark, broker, bootstrap, tmp_path):
-    if not broker.supports("create_partitions"):
-        pytest.skip(f"the {broker.kind} broker does not implement CreatePartitions (KIP-195)")
+def test_partition_added_mid_stream(spark, bootstrap, tmp_path):
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     topic = unique_topic("grow")
@@ -162,9 +160,7 @@ def test_fail_on_data_loss_when_offsets_go_back(spark, bootstrap, tmp_path, fail
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
-def test_fail_on_data_loss_after_delete_records(spark, broker, bootstrap, tmp_path, fail_on_data_loss):
-    if not broker.supports("delete_records"):
-        pytest.skip(f"the {broker.kind} broker does not implement DeleteRecords")
+def test_fail_on_data_loss_after_delete_records(spark, bootstrap, tmp_path, fail_on_data_loss):
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 

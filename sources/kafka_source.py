@@ -487,9 +487,10 @@ class KafkaBatchReader(_UsesBroker, DataSourceReader):
         try:
             tps = self.resolver.partitions(strict=True)
             start = self.resolver.resolve(opts.starting, tps, opts.starting_option)
-            # An end below the start may be a latest offset that went back (KAFKA-7703, and
-            # Tansu under load): looked up again, fetchOffset.numRetries times,
-            # fetchOffset.retryIntervalMs apart, before it is believed.
+            # An end below the start may be a latest offset that went back (KAFKA-7703; the
+            # embedded demo broker, Tansu, under load too): looked up again,
+            # fetchOffset.numRetries times, fetchOffset.retryIntervalMs apart, before it is
+            # believed.
             def ending() -> off.PartitionOffsets:
                 return self.resolver.resolve(opts.ending, tps, opts.ending_option)
 
