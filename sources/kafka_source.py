@@ -369,6 +369,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
                 f"the offsets of {tp[0]}-{tp[1]} went back from {logged[tp]} to {stop[tp]} "
                 "(topic recreated?)",
             )
+        key = _key(stop)  # the batch's identity: its logged end, whatever is read of it
         if self._latest is None and end_ids:
             # A batch logged by an earlier run, replayed now: if a topic was recreated since,
             # its logged offsets name records of a topic that is gone.
@@ -378,7 +379,6 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         if report_dir is not None:
             for p in plan:
                 p.report_dir, p.report_shared = report_dir, self._reports.shared  # type: ignore[union-attr]
-        key = _key(stop)
         if key not in self._planned:
             # The latest offsets known when this end was chosen; unknown for a batch logged by
             # an earlier run and replayed now.

@@ -201,6 +201,9 @@ def test_replayed_batch_of_a_topic_recreated_since_reads_nothing_of_it(fail_on_d
         plan = [p.range for p in reader.partitions(start, end)]
     assert plan == [OffsetRange("b", 0, 4, 9)]
     assert "topic lat was deleted" in caplog.text
+    from sources.kafka_source import _key
+
+    assert _key(off.from_json(end)) in reader._planned  # its metrics line when it completes
     nxt = reader.latestOffset(end, ReadAllAvailable())
     assert nxt == {"b": {"0": 9}, "lat": {"0": 30}, off.TOPIC_IDS_KEY: {"b": OLD, "lat": NEW}}
     assert [p.range for p in reader.partitions(end, nxt)] == [OffsetRange("lat", 0, 0, 30)]
