@@ -45,12 +45,13 @@ def _argv_of_all_processes() -> list[bytes]:
 
 
 @pytest.fixture
-def broker(secured_kafka) -> SecuredBroker:
+def sasl_ssl(secured_kafka) -> SecuredBroker:
     return secured_cluster(secured_kafka, "SASL_SSL", mechanism="SCRAM-SHA-512")
 
 
 def test_demo_on_a_sasl_ssl_cluster_verifies_exactly_once_and_never_shows_the_password(
-        tmp_path: Path, broker: SecuredBroker):
+        tmp_path: Path, sasl_ssl: SecuredBroker):
+    broker = sasl_ssl
     (user, password), = broker.users.items()
     config = _java_properties(tmp_path, user, password, broker.pki.ca_pem)
     out_dir = tmp_path / "out"
@@ -100,7 +101,8 @@ def test_demo_on_a_sasl_ssl_cluster_verifies_exactly_once_and_never_shows_the_pa
 
 
 def test_demo_refuses_a_wrong_password_in_one_line_naming_the_settings(
-        tmp_path: Path, broker: SecuredBroker):
+        tmp_path: Path, sasl_ssl: SecuredBroker):
+    broker = sasl_ssl
     (user, _), = broker.users.items()
     wrong = "not-the-password-0123456789"
     config = _java_properties(tmp_path, user, wrong, broker.pki.ca_pem)
