@@ -3,6 +3,7 @@ and a concurrent writer on the same table."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pyarrow as pa
@@ -137,3 +138,62 @@ def test_concurrent_appends_by_another_writer_are_not_lost(source, tmp_path):
     assert len(other_rows) > 0
     got = sorted((r["partition"], r["offset"]) for r in ours)
     assert got == sorted((r.partition, r.offset) for r in expected)
+
+
+# -- issue 24: a table gone or replaced under a stopped query -----------------------------------
+
+
+def _refused_restart(spark, bootstrap, topic, tmp_path, table) -> str:
+    """New rows, and the query restarted on its checkpoint: the failure's message."""
+    produce(bootstrap, topic, 2, 20, start_index=1000)
+    df = earliest_stream(spark, bootstrap, topic, "20").selectExpr(
+        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset")
+    with pytest.raises(Exception) as failure:
+        _run(df, tmp_path, path=table)
+    return str(failure.value)
+
+
+@pytest.fixture
+def stopped_query(spark, bootstrap, tmp_path):
+    """A delta-eos query that committed batches 0-1 into its table, then stopped."""
+    topic = unique_topic("dgone")
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, 2, 20)
+    table = str(tmp_path / "t")
+    df = earliest_stream(spark, bootstrap, topic, "20").selectExpr(
+        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset")
+    q = _run(df, tmp_path, path=table)
+    assert q.exception() is None and q.lastProgress["batchId"] >= 1
+    return topic, table, q.lastProgress["batchId"]
+
+
+def test_a_table_deleted_while_its_query_was_stopped_is_refused(spark, bootstrap, tmp_path,
+                                                                stopped_query):
+    """The restarted query must not create a new table holding only the new rows: the checkpoint
+    knows batches were committed into the table. It fails naming the table, the last batch and
+    the ways out; with allowNewTable=true it starts a new table."""
+    import shutil
+
+    topic, table, last = stopped_query
+    shutil.rmtree(table)
+    message = _refused_restart(spark, bootstrap, topic, tmp_path, table)
+    assert table in message and "allowNewTable" in message, message
+    assert f"batch {last}" in message and "deleted" in message, message
+    assert not os.path.exists(table), "the table was created again"
+    q = _run(earliest_stream(spark, bootstrap, topic, "20").selectExpr(
+        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset"),
+        tmp_path, path=table, allowNewTable="true")
+    assert q.exception() is None
+    assert DeltaTable(table).to_pyarrow_table().num_rows == 40  # the new rows only
+
+
+def test_a_table_replaced_by_another_is_refused(spark, bootstrap, tmp_path, stopped_query):
+    import shutil
+
+    topic, table, last = stopped_query
+    shutil.rmtree(table)
+    write_deltalake(table, pa.table({"key": ["x"], "value": ["y"],  # the stream's schema
+                                     "partition": pa.array([0], pa.int32()), "offset": [0]}))
+    message = _refused_restart(spark, bootstrap, topic, tmp_path, table)
+    assert table in message and "replaced" in message and "allowNewTable" in message, message
+    assert DeltaTable(table).to_pyarrow_table().num_rows == 1  # nothing written into it

@@ -33,6 +33,7 @@ from sinks.checkpoint import last_committed_batch
 from sinks.delta_log import referenced_files
 from sinks.delta_options import BATCH_OPTIONS, OPTION_PREFIXES, OPTIONS, DeltaOptions
 from sinks.delta_stats import file_stats
+from sinks.target_identity import TargetIdentity
 from sinks.two_phase_commit import (
     EXACTLY_ONCE,
     JOB_BATCH_ID,
@@ -148,6 +149,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
     def open(self) -> None:
         """At each batch's planning: the table, if it exists, must accept this stream."""
         table = self._table()
+        self._check_same_table(table)
         #: A batch job's commit is looked for in the versions after this one (isCommitted).
         self.job_base_version = -1 if table is None else table.version()
         if table is None:
@@ -233,6 +235,20 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         log.info("%s: compacted %s file(s) into %s in %.0f ms (version %d)", self.describe(),
                  metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"),
                  (time.perf_counter() - started) * 1000, table.version())
+
+    def _target(self) -> TargetIdentity | None:
+        if not self.settings.checkpoint_location or self.settings.batch_job:
+            return None
+        return TargetIdentity(self.settings.checkpoint_location)
+
+    def _check_same_table(self, table: DeltaTable | None) -> None:
+        """The table this checkpoint committed into is still there, and still that table (its
+        metadata id): never re-created silently after a deletion (sinks/target_identity.py)."""
+        target = self._target()
+        if target is not None:
+            target.check(self.options.path, None if table is None else table.metadata().id,
+                         allow_new=self.options.allow_new_table,
+                         what=f"the Delta table at {self.options.path}", sink=self.describe())
 
     def _check_checkpoint_not_behind(self, table: DeltaTable) -> None:
         """The table holds batches of this appId that the checkpoint never committed: a reset
@@ -493,6 +509,11 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 commit_properties=props,
                 post_commithook_properties=hooks,
             )
+            target = self._target()
+            if target is not None:  # the table this checkpoint commits into from now on
+                created = self._table()
+                if created is not None:
+                    target.record(self.options.path, created.metadata().id)
         else:
             self._add_new_columns(table)
             table.create_write_transaction(

@@ -20,7 +20,7 @@ from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
 #: The sink's own options (besides the template's, `storage.*` and `delta.*`).
 OPTIONS = (
     "path", "partitionBy", "mergeSchema", "appId", "orphanFileRetention", "userMetadata",
-    "maxRecordsPerFile", "maxBytesPerFile", "compactEvery",
+    "maxRecordsPerFile", "maxBytesPerFile", "compactEvery", "allowNewTable",
 )
 OPTION_PREFIXES = ("storage.", "delta.")
 #: A batch write's: appId names a streaming writer's batches, the orphan sweep and compaction
@@ -80,6 +80,8 @@ class DeltaOptions:
     max_records_per_file: int = 0  # 0: no cap
     max_bytes_per_file: int = 0  # 0: no cap
     compact_every: int = 0  # 0: never
+    #: Start a new table where the checkpoint's table was deleted or replaced (target_identity)
+    allow_new_table: bool = False
 
     @property
     def file_tag(self) -> str:
@@ -115,6 +117,7 @@ class DeltaOptions:
             max_records_per_file=opts.get_int("maxRecordsPerFile", 0, minimum=0) or 0,
             max_bytes_per_file=opts.get_size_bytes("maxBytesPerFile", 0),
             compact_every=opts.get_int("compactEvery", 0, minimum=0) or 0,
+            allow_new_table=opts.get_bool("allowNewTable", False),
         )
 
 
