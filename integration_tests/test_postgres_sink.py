@@ -274,3 +274,31 @@ def test_complete_mode_is_refused(postgres, source, tmp_path):
     with pytest.raises(Exception, match="append output mode only"):
         q.awaitTermination(120)
 
+
+
+def test_a_table_dropped_while_its_query_was_stopped_is_refused(postgres, spark, bootstrap,
+                                                                 tmp_path):
+    """The restarted query must not re-create the table and fill it with only the new rows:
+    the checkpoint recorded the table (its OID) when it first wrote into it."""
+    topic = unique_topic("pgdrop")
+    create_topic(bootstrap, topic, 1)
+    produce(bootstrap, topic, 1, 10)
+
+    def frame():
+        return earliest_stream(spark, bootstrap, topic, "100")
+
+    table = _table()
+    checkpoint = str(tmp_path / "ckpt-dropped")
+    q = _run(_basic(frame), tmp_path, postgres.url(), table=table, checkpointLocation=checkpoint)
+    assert q.exception() is None
+    query(postgres, f"DROP TABLE {table}")
+    produce(bootstrap, topic, 1, 10, start_index=100)  # the restart has rows to write
+    with pytest.raises(Exception) as failure:
+        _run(_basic(frame), tmp_path, postgres.url(), table=table, checkpointLocation=checkpoint)
+    message = str(failure.value)
+    assert table in message and "deleted" in message and "allowNewTable" in message, message
+    assert not query(postgres, "SELECT 1 FROM pg_class WHERE relname = %s", (table,))
+    q = _run(_basic(frame), tmp_path, postgres.url(), table=table, checkpointLocation=checkpoint,
+             allowNewTable="true")
+    assert q.exception() is None
+    assert query(postgres, "SELECT 1 FROM pg_class WHERE relname = %s", (table,))

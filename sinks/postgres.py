@@ -58,6 +58,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connectors.options import OptionError, Options
+from sinks.target_identity import TargetIdentity
 from sinks.two_phase_commit import (
     EXACTLY_ONCE,
     SinkSettings,
@@ -72,7 +73,7 @@ log = logging.getLogger("kafka_eos.sink.postgres")
 
 FORMAT_NAME = "postgres-eos"
 #: The sink's own options (besides the template's); anything else is refused.
-OPTIONS = ("url", "table", "createTable")
+OPTIONS = ("url", "table", "createTable", "allowNewTable")
 GID_MAX_BYTES = 200  # PostgreSQL's limit on a prepared transaction's identifier
 #: libpq waits forever for a connection by default; a commit retry must not.
 DEFAULT_CONNECT_TIMEOUT_S = "30"
@@ -321,6 +322,8 @@ class PostgresOptions:
     table: TableName
     create_table: bool
     gid_prefix: str
+    #: Write on where the checkpoint's table was dropped or replaced (sinks/target_identity.py)
+    allow_new_table: bool = False
 
     @classmethod
     def parse(cls, opts: Options, settings: SinkSettings) -> "PostgresOptions":
@@ -337,6 +340,7 @@ class PostgresOptions:
             table=table,
             create_table=opts.get_bool("createTable", True),
             gid_prefix=gid_prefix(origin),
+            allow_new_table=opts.get_bool("allowNewTable", False),
         )
 
 
@@ -398,8 +402,9 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
                         "deliveryGuarantee=at-least-once"
                     )
             table = self.options.table
-            (exists,) = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [str(table)]).fetchone()
-            if not exists:
+            (oid,) = conn.execute("SELECT to_regclass(%s)::oid", [str(table)]).fetchone()
+            self._check_same_table(oid)
+            if oid is None:
                 if not self.options.create_table:
                     raise OptionError(
                         "createTable",
@@ -415,6 +420,8 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
                 )
                 conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(table.sql(), columns))
                 log.info("%s: created table %s", self.describe(), table)
+                (oid,) = conn.execute("SELECT to_regclass(%s)::oid", [str(table)]).fetchone()
+                self._check_same_table(oid)  # recorded: the table this checkpoint writes into
             cur = conn.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(table.sql()))
             have = [d.name for d in cur.description or []]
             missing = [n for n in self.schema.names if n not in have]
@@ -424,6 +431,16 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
                     f"table {table} has no column(s) {', '.join(missing)} (it has "
                     f"{', '.join(have)}); the stream's columns are written by name",
                 )
+
+    def _check_same_table(self, oid: int | None) -> None:
+        """The table this checkpoint committed into is still there, and still that table (its
+        OID): a dropped table is never re-created silently (sinks/target_identity.py)."""
+        if not self.settings.checkpoint_location or getattr(self.settings, "batch_job", False):
+            return
+        TargetIdentity(self.settings.checkpoint_location).check(
+            f"{self.options.target}/{self.options.table}", None if oid is None else str(oid),
+            allow_new=self.options.allow_new_table,
+            what=f"table {self.options.table} in {self.options.target}", sink=self.describe())
 
     # -- task side ---------------------------------------------------------------------------
 
