@@ -9,7 +9,6 @@ PLAINTEXT listener (a super user).
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -19,10 +18,9 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
 from integration_tests.kafka_data import create_topic
 from integration_tests.secured import secured_cluster
 
-#: The refusal comes with the query's first batch that has rows: seconds after Spark's first
-#: (empty) batch, which a loaded 2-core machine took 47 s to run in a fresh session. The bound
-#: only tells that from a hang.
-NOT_A_HANG_S = 150
+#: Only tells a refusal from a hang (Spark's first batch in a fresh session on a loaded 2-core
+#: machine took 47 s); the test asserts what ran, not how fast.
+NOT_A_HANG_S = 300
 
 
 def _allow(admin_bootstrap: str, user: str, topic: str,
@@ -46,7 +44,6 @@ def test_exactly_once_sink_without_the_transactional_id_acl_fails_at_start_namin
            (AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE))
     prefix = f"acl-test-{uuid.uuid4().hex[:8]}"
 
-    started = time.monotonic()
     query = (spark.readStream.format("rate").option("rowsPerSecond", "5").load()
              .selectExpr("CAST(value AS STRING) AS value")
              .writeStream.format("kafka-eos")
@@ -57,16 +54,14 @@ def test_exactly_once_sink_without_the_transactional_id_acl_fails_at_start_namin
              .option("checkpointLocation", str(tmp_path / "ck")).start())
     try:
         with pytest.raises(Exception) as info:
-            query.awaitTermination(NOT_A_HANG_S * 2)
+            query.awaitTermination(NOT_A_HANG_S)
             pytest.fail("the query did not fail")
     finally:
         query.stop()
-    elapsed = time.monotonic() - started
     message = str(info.value)
-    # The first batch that carries rows fails (the rate source's batch 0 has none, and tasks
-    # without rows open no transaction): no batch with rows completed.
-    assert not [p for p in query.recentProgress if p["numInputRows"] > 0], query.recentProgress
-    assert elapsed < NOT_A_HANG_S, f"the refusal took {elapsed:.0f} s, as long as a timeout"
+    # Refused when the sink starts (its driver-side check, before batch 0's tasks), not at the
+    # first batch that carries rows (the rate source's batch 0 has none): no batch completed.
+    assert query.recentProgress == [], query.recentProgress
     assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in message, message[-3000:]
     # the ACL to add, for the query's own prefix
     assert f"WRITE (and DESCRIBE) on TransactionalId '{prefix}*'" in message, message[-3000:]

@@ -324,6 +324,8 @@ def timeout_warning(
 #: The chosen transaction timeout per worker process and configuration: the broker's maximum
 #: costs a DescribeConfigs round trip, and a lowered value an init_transactions that failed.
 _TIMEOUTS: dict[tuple, int] = {}
+#: (configuration, prefix) whose transactional id ACL was checked in this process.
+_ACL_CHECKED: set[tuple] = set()
 
 
 def _conf_key(kafka_conf: dict[str, str]) -> tuple:
@@ -472,6 +474,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         # the commit client's TLS and SASL: a refusal fails the query now, naming the option
         check_cluster(self.options.kafka_conf)
         self.transaction_timeout_ms = _resolve_transaction_timeout(self.options.kafka_conf)
+        self._check_transactional_id_acl()
         self.scan_from = {}
         if self.options.topic:
             try:
@@ -479,6 +482,26 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             except (TransientTxnError, TxnRequestError) as e:
                 log.warning("%s: end offsets of %s not read (%s); a commit in doubt would be "
                             "settled from the log start", self.describe(), self.options.topic, e)
+
+    def _check_transactional_id_acl(self) -> None:
+        """Once per process and configuration: InitProducerId for `<prefix>-acl-check`, an id
+        of the sink's prefix that no task uses, so that a principal without WRITE on the
+        prefix fails the query at its start, naming the ACL, and not at the first batch with
+        rows. Other failures are the tasks' to meet (logged here)."""
+        key = (_conf_key(self.options.kafka_conf), self.options.prefix)
+        if key in _ACL_CHECKED:
+            return
+        tid = f"{self.options.prefix}-acl-check"
+        try:
+            fence_transactional_id(self.options.kafka_conf, tid,
+                                   self.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS,
+                                   deadline_s=10.0)
+        except TxnAuthorizationError as e:
+            raise self._acl_error(e) from e
+        except (TransientTxnError, TxnRequestError) as e:
+            log.info("%s: the transactional id ACL was not checked at start (%s)",
+                     self.describe(), e)
+        _ACL_CHECKED.add(key)
 
     # -- task side --------------------------------------------------------------------------
 
