@@ -82,26 +82,39 @@ KILL_POINTS = [
 #: role check never ran there. The other runs keep the daemon.
 NO_DAEMON_RUNS = (2, 3, 5)
 
+#: On the second generation (Apache Kafka 3.9) the points whose recovery talks to the
+#: transaction coordinator: fencing the undecided (InitProducerId), committing the decided
+#: (EndTxn), finishing a half-committed batch (a repeated EndTxn answers NONE). The others
+#: (a task's own writes, the log's markers after the commits) ask nothing of the coordinator
+#: that differs between generations, and run on 4.x. Run 1 and 2 without the daemon.
+KILL_POINTS_V3 = ["after_precommit", "after_decision", "after_some_commits"]
+NO_DAEMON_RUNS_V3 = (1, 2)
+
 
 def test_kill_at_every_protocol_point_then_restart(any_broker, tmp_path):
     """One kill point per batch, in one killed-and-restarted sequence, with the runs that
     recover the deciding points started with spark.python.use.daemon=false (NO_DAEMON_RUNS:
     there the old stack-walking role check never recovered, and a crash after a partition's
     EndTxn and before its committed marker duplicated that partition). On both cluster
-    generations: Apache Kafka 4.x (transaction.version 2) and 3.9."""
+    generations: Apache Kafka 4.x (transaction.version 2, every point) and 3.9 (the points
+    whose recovery talks to the coordinator, KILL_POINTS_V3)."""
     bootstrap = any_broker.bootstrap_servers
     args, paths, expected, out = _pipeline(bootstrap, tmp_path)
+    v3 = any_broker is not None and any_broker.node is not None and \
+        any_broker.node.generation.major == 3
+    points, no_daemon = (KILL_POINTS_V3, NO_DAEMON_RUNS_V3) if v3 else (KILL_POINTS,
+                                                                       NO_DAEMON_RUNS)
 
     def nothing_twice(point: str, batch: int) -> None:
         got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
         assert not [k for k, n in got.items() if n > 1], f"a record twice after {point}@{batch}"
 
-    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=KILL_POINTS,
+    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=points,
                       first_batch=0, after_each_kill=nothing_twice,
-                      no_daemon_runs=NO_DAEMON_RUNS)
+                      no_daemon_runs=no_daemon)
     log = log_tail(paths["log"], 10**8)
-    assert log.count(WORKERS_LINE.format("no-daemon")) == len(NO_DAEMON_RUNS)
-    assert log.count(WORKERS_LINE.format("daemon")) == len(KILL_POINTS) + 1 - len(NO_DAEMON_RUNS)
+    assert log.count(WORKERS_LINE.format("no-daemon")) == len(no_daemon)
+    assert log.count(WORKERS_LINE.format("daemon")) == len(points) + 1 - len(no_daemon)
     assert "without having recovered" not in log_tail(paths["log"], 10**8)
     _verify(bootstrap, paths, expected, out)
 

@@ -438,10 +438,21 @@ def apache_kafka(
         pki = generate_test_pki(str(workdir / "pki"))
         passwords = {SCRAM_USER: secrets.token_urlsafe(16),
                      LIMITED_USER: secrets.token_urlsafe(16)}
-        ports = {name: free_port() for name in (*LISTENERS, "CONTROLLER")}
-        kafka = ApacheKafka(generation, workdir, ports, pki, passwords)
-        kafka.format(overrides)
-        kafka.start()
+        for attempt in range(3):
+            # Free ports are picked before the JVM binds them: another process may take one
+            # in between (a busy test machine). Then the node is formatted afresh on new ones.
+            ports = {name: free_port() for name in (*LISTENERS, "CONTROLLER")}
+            shutil.rmtree(workdir / "data", ignore_errors=True)
+            kafka = ApacheKafka(generation, workdir, ports, pki, passwords)
+            kafka.format(overrides)
+            try:
+                kafka.start()
+                break
+            except KafkaUnavailable as e:
+                if attempt == 2 or "Address already in use" not in str(e):
+                    raise
+                log.warning("Apache Kafka %s: a port was taken meanwhile; starting again",
+                            generation.version)
         try:
             if check_transaction_version and \
                     kafka.transaction_version != generation.transaction_version:
@@ -456,7 +467,6 @@ def apache_kafka(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-@contextlib.contextmanager
 def apache_kafka_broker(generation: Generation = LATEST) -> Iterator[Broker]:
     """`apache_kafka()` as the suite's `Broker` (kind "apache-kafka"): freeze() stops the JVM,
     `broker.node` the node itself (kill, restart, listeners)."""
