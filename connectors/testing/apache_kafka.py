@@ -467,6 +467,7 @@ def apache_kafka(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+@contextlib.contextmanager
 def apache_kafka_broker(generation: Generation = LATEST) -> Iterator[Broker]:
     """`apache_kafka()` as the suite's `Broker` (kind "apache-kafka"): freeze() stops the JVM,
     `broker.node` the node itself (kill, restart, listeners)."""
