@@ -91,3 +91,9 @@ def test_no_java_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(ak.shutil, "which", lambda n: None)
     with pytest.raises(ak.KafkaUnavailable, match="Java 17"):
         ak.kafka_jars(ak.LATEST)
+
+
+def test_the_brokers_are_context_managers():
+    """What the suite's fixtures enter with `with`."""
+    assert hasattr(ak.apache_kafka(ak.LATEST), "__enter__")
+    assert hasattr(ak.apache_kafka_broker(ak.LATEST), "__enter__")
