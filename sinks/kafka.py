@@ -178,17 +178,26 @@ def _callbacks(current, *, statistics: bool) -> dict[str, Any]:
     return conf
 
 
-def _fatal_from(call, *args):
+def _fatal_from(txn: "KafkaTxn", call, *args):
     """`call(*args)` (a producer's poll or flush), raising a fatal librdkafka error as the
-    KafkaException it is. confluent-kafka raises a fenced producer's fatal error inside the
-    delivery callback that follows, which then fails as `SystemError: ... returned a result
-    with an exception set` (seen on Apache Kafka 4.4 and 3.9 with a zombie attempt): its cause
-    is the KafkaException."""
+    KafkaException it is. confluent-kafka raises a fenced producer's fatal error from inside
+    the delivery callback that follows, which then fails as a SystemError ("returned a result
+    with an exception set", or "returned NULL without setting an exception"), seen on Apache
+    Kafka 4.4 and 3.9 with a zombie attempt. The fatal error itself reaches the task's errors
+    through error_cb (or is the SystemError's cause)."""
     try:
         return call(*args)
     except SystemError as e:
         if isinstance(e.__cause__, KafkaException):
             raise e.__cause__ from None
+        for _ in range(50):  # error_cb runs from the producer's own poll
+            fatal = [err for err in txn.errors if isinstance(err, KafkaError) and err.fatal()]
+            if fatal:
+                raise KafkaException(fatal[0]) from None
+            try:
+                txn.producer.poll(0.1)
+            except SystemError:
+                continue
         raise
 
 
@@ -550,7 +559,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                     produce(default_topic, value, key)
                 except BufferError:
                     _produce_when_room(producer, default_topic, value=value, key=key)
-            producer.poll(0)
+            _fatal_from(txn, producer.poll, 0)
             self._raise_fatal(txn)
             return
         topics = (batch.column("topic").to_pylist() if "topic" in names and not default_topic
@@ -572,7 +581,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 produce(topic, **kwargs)
             except BufferError:
                 _produce_when_room(producer, topic, **kwargs)
-        _fatal_from(producer.poll, 0)
+        _fatal_from(txn, producer.poll, 0)
         self._raise_fatal(txn)
 
     def _raise_fatal(self, txn: KafkaTxn) -> None:
@@ -583,7 +592,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
     def preCommit(self, txn: KafkaTxn) -> Handle:
         producer = txn.producer
         deadline = time.monotonic() + self.options.flush_timeout_s
-        while _fatal_from(producer.flush, 1.0) > 0:
+        while _fatal_from(txn, producer.flush, 1.0) > 0:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.describe()}: records not delivered within flushTimeout")
         if txn.errors:
