@@ -335,7 +335,10 @@ def test_a_commit_retried_after_the_driver_died_between_endtxn_and_its_record_re
     calls = _spy_end_transaction(monkeypatch)
     with caplog.at_level(logging.INFO):
         TwoPhaseCommitWriter(make_sink(bootstrap, out, tmp_path / "ck")).prepare_for_tasks()
-    assert calls == [(handle["producer_id"], "NONE")]
+    # NONE, possibly after CONCURRENT_TRANSACTIONS retries while the first EndTxn's markers
+    # are still being written (seen on 3.9): never a refusal
+    assert calls[-1] == (handle["producer_id"], "NONE"), calls
+    assert all("CONCURRENT_TRANSACTIONS" in outcome for _, outcome in calls[:-1]), calls
     assert "holds its COMMIT marker" not in caplog.text  # no refusal to settle
     assert txlog.state(3).committed == {0} and txlog.state(3).done
     assert len(read_partition(bootstrap, out, 0).committed) == 5
