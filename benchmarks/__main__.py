@@ -1,5 +1,5 @@
 """Benchmarks of kafka-eos and delta-eos as ratios against the raw clients, in one run
-(DESIGN.md section 9), on the suite's broker: real Apache Kafka from its Maven jars unless
+(docs/performance.md), on the suite's broker: real Apache Kafka from its Maven jars unless
 KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
 
     python -m benchmarks                       # the full run (about 10 minutes on 2 cores)

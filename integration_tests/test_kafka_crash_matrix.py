@@ -100,8 +100,7 @@ def test_kill_at_every_protocol_point_then_restart(any_broker, tmp_path):
     whose recovery talks to the coordinator, KILL_POINTS_V3)."""
     bootstrap = any_broker.bootstrap_servers
     args, paths, expected, out = _pipeline(bootstrap, tmp_path)
-    v3 = any_broker is not None and any_broker.node is not None and \
-        any_broker.node.generation.major == 3
+    v3 = any_broker.node is not None and any_broker.node.generation.major == 3
     points, no_daemon = (KILL_POINTS_V3, NO_DAEMON_RUNS_V3) if v3 else (KILL_POINTS,
                                                                        NO_DAEMON_RUNS)
 

@@ -595,8 +595,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         while _fatal_from(txn, producer.flush, 1.0) > 0:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.describe()}: records not delivered within flushTimeout")
-        if txn.errors:
-            self._raise_fatal(txn)
+        if txn.errors:  # a fatal one first (error_cb)
             raise KafkaException(txn.errors[0])
         if txn.transactional_id is None:
             # At-least-once / none: delivered, acknowledged; the producer stays in its cache.

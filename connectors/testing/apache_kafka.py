@@ -1,6 +1,6 @@
 """Real Apache Kafka, run from its Maven jars: one KRaft node (broker and controller) on loopback.
 
-The suite's broker (DESIGN.md sections 6 and 11) and, where Java reaches Maven Central, the
+The suite's broker (docs/testing.md) and, where Java reaches Maven Central, the
 demo's and `kafka-eos broker`'s. The jars are resolved once into a cache outside the repository
 (`cache_dir()`): with `mvn` from a small generated pom where Maven is installed, otherwise with the
 Ivy that PySpark ships. Two generations are pinned:
@@ -19,6 +19,7 @@ directory; `freeze()` / `resume()` (the Broker's) SIGSTOP and SIGCONT it.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import os
@@ -29,7 +30,6 @@ import subprocess
 import tempfile
 import time
 import uuid
-import base64
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
