@@ -135,7 +135,7 @@ def write_parquet_input(work: str, rows: int, value_bytes: int, rows_per_file: i
 
 
 def produce_fixed(bootstrap: str, topic: str, partitions: int, per_partition: int, size: int) -> None:
-    """Fill each partition, ending it with a single-record batch (DESIGN.md section 6)."""
+    """Fill each partition, ending it with a single-record batch (docs/design.md#brokers)."""
     producer = Producer({
         "bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
         "compression.type": "none", "queue.buffering.max.messages": 1_000_000,

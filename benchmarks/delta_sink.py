@@ -1,4 +1,4 @@
-"""`delta-eos` sink figures (DESIGN.md section 9).
+"""`delta-eos` sink figures (docs/design.md#performance-method).
 
 The sink is fed by Spark's own file source over pre-written Parquet (cheap, in the JVM), so the
 figures are about the sink, not about the Kafka source:

@@ -1,4 +1,4 @@
-"""`kafka-eos` sink figures (DESIGN.md section 9).
+"""`kafka-eos` sink figures (docs/design.md#performance-method).
 
 The sink is fed by Spark's own file source over pre-written Parquet (cheap, in the JVM), so the
 figures are about the sink, not about the Kafka source:

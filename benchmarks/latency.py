@@ -31,7 +31,7 @@ the results (`failed_attempts`), and a second failure is reported as the pipelin
 
 The query keeps running until a batch that started after the measured window has completed, so
 every record of the window had its chance to become visible; records that did not are counted
-(`missing`). Timed, but never asserted on (DESIGN.md section 9).
+(`missing`). Timed, but never asserted on (docs/design.md#performance-method).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`kafka-eos` source throughput against raw confluent-kafka consumers (DESIGN.md section 9).
+"""`kafka-eos` source throughput against raw confluent-kafka consumers
+(docs/design.md#performance-method).
 
 The same topic is read by a `kafka-eos` streaming query into Spark's no-op sink (one task per
 Kafka partition, availableNow, all of the topic in one micro-batch) and by one raw consumer

@@ -3,8 +3,8 @@
 A Delta commit is the creation of `_delta_log/<version>.json`; two writers that both read
 version N must not both create N+1, or one commit is silently overwritten: its batch is gone
 from the table while its `txn` action, read before the overwrite, told the sink "committed".
-The exactly-once sink relies on that never happening (DESIGN.md sections 3 and 5), and another
-writer may append to the same table at any time.
+The exactly-once sink relies on that never happening (docs/design.md#commit-protocol and
+#delta-commits), and another writer may append to the same table at any time.
 
 How deltalake 1.6.6 (delta-rs) commits on S3, read in its source and measured here on moto:
 

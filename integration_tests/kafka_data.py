@@ -50,7 +50,7 @@ def produce(
     """Produce `per_partition` keyed records to each partition; return what the log now holds.
 
     Each partition's last record goes out in a batch of its own (flush before it): the local
-    broker's ListOffsets reports the last batch's base offset + 1 (DESIGN.md section 6).
+    broker's ListOffsets reports the last batch's base offset + 1 (docs/design.md#brokers).
     Offsets are taken from the delivery reports, so the expectation is the broker's own word.
     """
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,

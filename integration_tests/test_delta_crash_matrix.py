@@ -1,4 +1,4 @@
-"""The crash matrix for Kafka -> `kafka-eos` -> `delta-eos` (DESIGN.md section 8).
+"""The crash matrix for Kafka -> `kafka-eos` -> `delta-eos` (docs/design.md#crash-matrix).
 
 Each case kills the whole pipeline (SIGKILL of its process group, driver JVM included) at one
 point of the commit protocol, restarts it on the same checkpoint and runs it to the end of the

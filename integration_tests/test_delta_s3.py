@@ -2,7 +2,7 @@
 killed twice at protocol points and restarted: every record in the table exactly once.
 
 One killed-and-restarted pipeline sequence (the checkpoint stays on local disk: Spark's own
-s3a:// needs Hadoop's jars from Maven, DESIGN.md section 10), with credentials from
+s3a:// needs Hadoop's jars from Maven, docs/design.md#production-conditions), with credentials from
 `storage.AWS_*` sink options only and no AWS variable anywhere in the pipeline's environment:
 the tasks' Parquet files (pyarrow) and the Delta commits (delta-rs) both reach the bucket
 through the options. (Credentials from the standard AWS environment, with an s3a:// path, are

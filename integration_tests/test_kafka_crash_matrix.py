@@ -1,4 +1,5 @@
-"""The crash matrix for Kafka -> `kafka-eos` source -> `kafka-eos` sink (DESIGN.md section 8),
+"""The crash matrix for Kafka -> `kafka-eos` source -> `kafka-eos` sink
+(docs/design.md#crash-matrix),
 checked record by record with the marker-applying oracle (integration_tests/kafka_oracle.py):
 every input record exactly once among the committed output records, and no transaction left
 open. Plus: fencing of a zombie writer, and two queries with different prefixes on one topic.

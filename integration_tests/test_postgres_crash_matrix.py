@@ -1,5 +1,5 @@
-"""The crash matrix of DESIGN.md section 8 for Kafka -> `kafka-eos` -> `postgres-eos`, against
-a real throwaway PostgreSQL, a real broker and real Spark pipelines killed with SIGKILL.
+"""The crash matrix (docs/design.md#crash-matrix) for Kafka -> `kafka-eos` -> `postgres-eos`,
+against a real throwaway PostgreSQL, a real broker and real Spark pipelines killed with SIGKILL.
 
 The rows of the matrix run as one sequence on one checkpoint, a row per micro-batch: run k of
 the pipeline is killed (its whole process group, driver JVM included) at row k's point of the
@@ -9,9 +9,9 @@ row by row:
   k is in the table exactly once, and no prepared transaction of theirs is left on the server;
 * that the kill left what its point must leave: prepared transactions in `pg_prepared_xacts`,
   decision and committed records in the transaction log, rows visible in the table.
-A prepared transaction rolled back behind the sink's back (the lost-transaction rule of DESIGN.md
-section 3) and a task failure that Spark retries ride along in the same sequence. The last run
-goes to the end of the input; then every input record is in the table exactly once, checked by
+A prepared transaction rolled back behind the sink's back (the lost-transaction rule of
+docs/design.md#commit-protocol) and a task failure that Spark retries ride along in the same
+sequence. The last run goes to the end of the input; then every input record is in the table exactly once, checked by
 source partition and offset with its key and value, no prepared transaction is left, every
 batch of the transaction log is done, and the password appears nowhere in the pipeline's log.
 (One sequence rather than one pipeline pair per row: 6 Spark start-ups instead of 14.)

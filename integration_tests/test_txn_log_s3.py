@@ -3,7 +3,8 @@ protocol server (moto): what recovery reads back from it must be what was writte
 object (a restarted driver), with no directories, renames or temporary names on the way.
 
 Spark itself cannot keep its checkpoint on s3a:// here (Hadoop's S3 jars come from Maven,
-DESIGN.md section 10), so the log is exercised directly, as the sink's driver and tasks use it.
+docs/design.md#production-conditions), so the log is exercised directly, as the sink's driver
+and tasks use it.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A sink whose store records "batch N is in" (Delta's `txn` action) must key that 
 something that changes when the checkpoint is reset: a new checkpoint on the same path starts
 again at batch 0, and a key derived from the path would make the new query skip every batch the
 old one wrote. Spark writes `<checkpointLocation>/metadata` (`{"id": "<uuid>"}`) when a query
-first starts on a checkpoint and keeps it across restarts (DESIGN.md section 10); delta-spark
-keys its streaming sink's `txn` on it too.
+first starts on a checkpoint and keeps it across restarts
+(docs/design.md#production-conditions); delta-spark keys its streaming sink's `txn` on it too.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Fault injection for the crash matrix (DESIGN.md section 8). Inert unless the environment
-variable `KAFKA_EOS_FAULTS` names a point, so production runs never reach it.
+"""Fault injection for the crash matrix (docs/design.md#crash-matrix). Inert unless the
+environment variable `KAFKA_EOS_FAULTS` names a point, so production runs never reach it.
 
     KAFKA_EOS_FAULTS="after_decision@3"              kill the pipeline at that point of batch 3
     KAFKA_EOS_FAULTS="task_write@2/1,task_fail@4"    several points; `/1`: only partition 1

@@ -627,7 +627,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                           for t, p in written if (t, p) in self.scan_from],
         }
         # Drop the producer without committing: the transaction stays open on the broker
-        # until the driver ends it (DESIGN.md section 4).
+        # until the driver ends it (docs/design.md#kafka-commits).
         txn.producer = None
         del producer
         return handle

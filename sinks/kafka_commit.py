@@ -1,5 +1,5 @@
-"""Committing a prepared Kafka transaction from another process (DESIGN.md section 4), and
-settling its outcome from the output when the coordinator cannot.
+"""Committing a prepared Kafka transaction from another process (docs/design.md#kafka-commits),
+and settling its outcome from the output when the coordinator cannot.
 
 A task's transactional producer flushes its transaction and goes away without committing; the
 driver later ends it with the two raw requests Flink's Kafka sink uses: FindCoordinator (key

@@ -3,8 +3,8 @@
 The template's recovery (sinks/two_phase_commit.py, `TwoPhaseCommitWriter.recover_batch`)
 carries out this plan at every query start, and the operator commands `inspect` and `resolve`
 (connectors/inspection.py, connectors/resolution.py) print and carry out the same plan: the
-rules of DESIGN.md section 3 live here once, so what an operator is told and what a restart
-does cannot disagree. No I/O, no Spark: importable by a command-line tool in milliseconds.
+rules of docs/design.md#commit-protocol live here once, so what an operator is told and what a
+restart does cannot disagree. No I/O, no Spark: importable by a command-line tool in milliseconds.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`TwoPhaseCommitSink`: Flink's TwoPhaseCommitSinkFunction for Spark Structured Streaming.
 
-The whole commit protocol lives here, once, for every sink (DESIGN.md section 3). A store
-subclasses `TwoPhaseCommitSink` and fills in its steps:
+The whole commit protocol lives here, once, for every sink (docs/design.md#commit-protocol). A
+store subclasses `TwoPhaseCommitSink` and fills in its steps:
 
     task side    beginTransaction(context) -> txn      open a transaction for one partition
                  invoke(txn, record_batch)              write one Arrow batch into it

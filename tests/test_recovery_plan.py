@@ -1,5 +1,6 @@
-"""Unit tests for sinks/recovery_plan.py: the per-batch recovery rules (DESIGN.md section 3) that
-the template's recovery carries out and `inspect` / `resolve` print."""
+"""Unit tests for sinks/recovery_plan.py: the per-batch recovery rules
+(docs/design.md#commit-protocol) that the template's recovery carries out and `inspect` /
+`resolve` print."""
 
 from __future__ import annotations
 

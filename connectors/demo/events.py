@@ -51,7 +51,7 @@ class EventProducer:
 
     Keyed by user; the partition is `user_id % partitions`, so one user's events stay in order.
     Each partition's last event goes out alone, after a flush: a broker whose ListOffsets reports
-    the last batch's base offset + 1 (the embedded one, DESIGN.md section 6) then shows the
+    the last batch's base offset + 1 (the embedded one, docs/design.md#brokers) then shows the
     whole topic, so the final drain reads every event.
     """
 

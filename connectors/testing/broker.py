@@ -1,4 +1,4 @@
-"""A Kafka broker for tests and demos, resolved in the order of DESIGN.md section 6:
+"""A Kafka broker for tests and demos, resolved in the order of docs/design.md#brokers:
 
 1. `KAFKA_BOOTSTRAP_SERVERS` set: that cluster;
 2. a reachable Docker engine: the official Apache Kafka image, pinned (`KAFKA_IMAGE`, the same tag
@@ -102,7 +102,7 @@ class Broker:
         self.frozen = False
 
 
-# What Tansu 0.6.0 lacks (measured; DESIGN.md section 6).
+# What Tansu 0.6.0 lacks (measured; docs/design.md#brokers).
 TANSU_CAPABILITIES = {
     "create_partitions": False,
     "delete_records": False,

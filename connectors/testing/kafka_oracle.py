@@ -1,6 +1,6 @@
 """The oracle for Kafka output: reads raw record batches with Fetch (read_uncommitted) and
 applies the COMMIT/ABORT control markers itself, because the local broker's read_committed
-does not hide aborted records (DESIGN.md section 6). A transactional batch from producer P on
+does not hide aborted records (docs/design.md#brokers). A transactional batch from producer P on
 a partition counts only if P's next control marker there is COMMIT; a non-transactional batch
 counts at once. Used by the tests and by `connectors demo`. Uses kafka-python's client, protocol
 layer and record parser, not the product's commit code; only the translation of the `kafka.*`

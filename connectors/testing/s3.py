@@ -1,6 +1,7 @@
 """A real S3 protocol server on a loopback port (moto's server mode) for tests and demos.
 
-pyarrow's S3 client and delta-rs both read the standard AWS environment (DESIGN.md section 10):
+pyarrow's S3 client and delta-rs both read the standard AWS environment
+(docs/design.md#production-conditions):
 `s3_server()` sets it for its duration (endpoint, keys, region, plain HTTP allowed), unless
 `set_env=False`; then only `S3Server.env` (for a child process's environment) and
 `S3Server.storage_options` (delta-rs keys, for `storage.*` sink options or `DeltaTable`) reach it.
