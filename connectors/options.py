@@ -131,29 +131,51 @@ class Options:
             raise OptionError(name, f"is not valid JSON ({e.msg} at position {e.pos})") from None
 
     def reject_unknown(
-        self, known: Iterable[str], *, prefixes: Iterable[str] = (), format_name: str
+        self, known: Iterable[str], *, prefixes: Iterable[str] = (), format_name: str,
+        docs: str | None = None,
     ) -> None:
-        """Fail on the first option that is neither in `known` nor under one of `prefixes`,
-        suggesting the closest known name: a misspelt option must not be silently ignored."""
+        """Fail on the first option that is neither in `known` nor under one of `prefixes`: a
+        misspelt option must not be silently ignored. The message names the three closest known
+        options as the docs spell them (Spark hands the key over lower-cased, so the user's own
+        spelling is lost) and the page listing every option (`docs`), not the whole list: a
+        list of thirty names buries the one the user meant."""
         by_lower = {k.lower(): k for k in known}
         lowered = tuple(p.lower() for p in prefixes)
         for key in sorted(self._raw):
             if (key in by_lower or (lowered and key.startswith(lowered))
                     or key in ALWAYS_ACCEPTED_OPTIONS):
                 continue
-            close = difflib.get_close_matches(key, list(by_lower), n=1, cutoff=0.6)
-            hint = f"; did you mean '{by_lower[close[0]]}'?" if close else ""
-            scopes = ", ".join(f"'{p}*'" for p in prefixes)
-            raise OptionError(
-                key,
-                f"is not an option of {format_name}{hint} (known: {', '.join(sorted(by_lower.values()))}"
-                + (f", and anything under {scopes}" if scopes else "") + ")",
-            )
+            raise OptionError(key, unknown_option_message(key, by_lower, prefixes=tuple(prefixes),
+                                                          format_name=format_name, docs=docs))
 
     def with_prefix(self, prefix: str) -> dict[str, str]:
         """Options under `prefix` with the prefix removed (e.g. `kafka.` -> librdkafka)."""
         p = prefix.lower()
         return {k[len(p) :]: v for k, v in self._raw.items() if k.startswith(p)}
+
+
+def closest_names(key: str, by_lower: Mapping[str, str], n: int = 3) -> list[str]:
+    """The `n` known names closest to `key` (difflib's ratio on the lower-cased names, ties
+    broken alphabetically), spelt as the docs spell them."""
+    ranked = sorted(by_lower, key=lambda k: (-difflib.SequenceMatcher(None, key, k).ratio(), k))
+    return [by_lower[k] for k in ranked[:n]]
+
+
+def unknown_option_message(key: str, by_lower: Mapping[str, str], *, prefixes: tuple[str, ...],
+                           format_name: str, docs: str | None) -> str:
+    """`is not an option of X; did you mean 'A'? (closest: 'A', 'B', 'C'; every option: docs)`.
+    "Did you mean" only for a close match (difflib's 0.6 cutoff): a far-off name gets the
+    three closest without a guess."""
+    close = difflib.get_close_matches(key, list(by_lower), n=1, cutoff=0.6)
+    guess = f"; did you mean '{by_lower[close[0]]}'?" if close else ""
+    nearest = ", ".join(f"'{n}'" for n in closest_names(key, by_lower))
+    scopes = ", ".join(f"'{p}*'" for p in prefixes)
+    tail = [f"closest: {nearest}"] if nearest else []
+    if scopes:
+        tail.append(f"client settings go under {scopes}")
+    if docs:
+        tail.append(f"every option: {docs}")
+    return f"is not an option of {format_name}{guess} ({'; '.join(tail)})"
 
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)

@@ -111,6 +111,12 @@ BATCH_SETTINGS_OPTIONS = ("deliveryGuarantee", "commitTimeout", "commitRetries")
 BATCH_SPARK_OPTIONS = ("path",)
 
 
+#: The page listing every option of each sink built on the template (named in the message for
+#: an unknown option). A user's own sink gets no page.
+SINK_DOCS = {"delta-eos": "docs/delta-sink.md#options", "kafka-eos": "docs/kafka-sink.md#options",
+             "postgres-eos": "docs/postgres-sink.md#options"}
+
+
 def reject_unknown_options(
     opts: Options, known: tuple[str, ...], *, format_name: str, prefixes: tuple[str, ...] = (),
     batch: bool = False,
@@ -124,7 +130,8 @@ def reject_unknown_options(
     else:
         names = dict.fromkeys((*known, *SETTINGS_OPTIONS, *SPARK_OPTIONS))
         where = f"the {format_name} sink"
-    opts.reject_unknown(names, prefixes=prefixes, format_name=where)
+    opts.reject_unknown(names, prefixes=prefixes, format_name=where,
+                        docs=SINK_DOCS.get(format_name))
 
 
 @dataclass(frozen=True)

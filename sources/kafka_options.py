@@ -301,7 +301,8 @@ def _check_names(opts: Options) -> None:
     for name, why in UNSUPPORTED_KAFKA_OPTIONS.items():
         if name in opts:
             raise OptionError(name, why)
-    opts.reject_unknown(KNOWN_OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME)
+    opts.reject_unknown(KNOWN_OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME,
+                        docs="docs/source.md#options")
 
 
 def _group_id(opts: Options, *, batch: bool | None) -> str:

@@ -274,3 +274,43 @@ def test_redact():
 
 def test_redact_empty():
     assert redact({}) == {}
+
+
+# ------------------------------------------------------------------ unknown options (issue 24)
+
+
+def test_an_unknown_option_names_the_three_closest_as_the_docs_spell_them_not_the_whole_list():
+    """Spark lower-cases the user's `startingOfsets` to `startingofsets`: the message names the
+    option meant as the docs spell it, then the three closest and the page with every option,
+    instead of the thirty-odd names of the format."""
+    from sources.kafka_options import KNOWN_OPTIONS, OPTION_PREFIXES
+
+    with pytest.raises(OptionError) as e:
+        Options({"startingOfsets": "earliest"}).reject_unknown(
+            KNOWN_OPTIONS, prefixes=OPTION_PREFIXES, format_name="kafka-eos",
+            docs="docs/source.md#options")
+    message = str(e.value)
+    assert e.value.option == "startingofsets"
+    assert "did you mean 'startingOffsets'?" in message
+    closest = message.split("closest: ")[1].split(";")[0]
+    assert closest.split(", ")[0] == "'startingOffsets'" and closest.count("'") == 6, message
+    assert "every option: docs/source.md#options" in message
+    assert "known:" not in message and "kafkaConsumer.pollTimeoutMs" not in message, message
+    assert len(message) < 300, message
+
+
+def test_a_far_off_unknown_option_gets_the_closest_names_without_a_guess():
+    with pytest.raises(OptionError) as e:
+        Options({"zzz": "1"}).reject_unknown(["alpha", "beta", "gamma", "delta"],
+                                             format_name="x")
+    assert "did you mean" not in str(e.value)
+    assert str(e.value).count("'") == 2 + 6  # the option itself, and three names
+
+
+def test_a_sinks_unknown_option_points_to_its_page():
+    from sinks.two_phase_commit import reject_unknown_options
+
+    with pytest.raises(OptionError, match=r"did you mean 'flushTimeout'\?.*every option: "
+                                          r"docs/kafka-sink\.md#options"):
+        reject_unknown_options(Options({"flushtimout": "1s"}), ("topic", "flushTimeout"),
+                               format_name="kafka-eos")
