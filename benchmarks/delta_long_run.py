@@ -177,7 +177,7 @@ def probe(path: str, *, app_id: str | None = None, sink=None, checkpoint: str | 
         # runs once per half orphanFileRetention per process, when there are candidates).
         sink_fs, root = sink._fs()
         try:
-            from sinks.delta_log import referenced_files
+            from sinks.delta.referenced_files import referenced_files
 
             def sweep():
                 return referenced_files(DeltaTable(path), sink_fs, root)

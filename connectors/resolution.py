@@ -154,7 +154,7 @@ def _delta_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions,
 
     from connectors.paths import normalise
     from sinks.delta import DeltaSink
-    from sinks.delta_options import DEFAULT_ORPHAN_RETENTION_MS, DeltaOptions
+    from sinks.delta.options import DEFAULT_ORPHAN_RETENTION_MS, DeltaOptions
 
     if not store.delta_table:
         raise ResolveError("the log holds delta-eos files: name the table with --table PATH "
@@ -185,7 +185,7 @@ def _delta_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions,
 def _check_delta_app_id(sink, table, plan: RecoveryPlan) -> None:
     """A wrong app id would make a committed batch look uncommitted, and resolve commit it
     again: refuse when the table already references the batch's files but has no txn for it."""
-    from sinks.delta_log import referenced_files
+    from sinks.delta.referenced_files import referenced_files
 
     if sink.isCommitted(plan.batch_id):
         return

@@ -312,7 +312,7 @@ def test_expired_log_files_are_cleaned_up_with_the_checkpoint_not_at_every_commi
 def test_a_young_table_is_compacted_once_it_has_compact_every_commits(tmp_path):
     """A driver that starts on a table finds its last compaction in the history; a table with
     none yet counts from its first commit (not 'N commits ago')."""
-    from sinks import delta
+    from sinks.delta import sink as delta
 
     sink = _sink(tmp_path, compactEvery="5")
     for b in range(2):

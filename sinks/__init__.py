@@ -1,1 +1,40 @@
-"""Exactly-once sinks built on a two-phase-commit template (see the issues that add them)."""
+"""Exactly-once sinks for Spark Structured Streaming, on one two-phase-commit template.
+
+    two_phase_commit.py  TwoPhaseCommitSink: the commit protocol, once (Flink's
+                         TwoPhaseCommitSinkFunction for Spark); subclass it for your own store
+                         (docs/writing-a-sink.md)
+    txn_log.py, recovery_plan.py, checkpoint.py, target_identity.py, faults.py
+                         what the template keeps under the checkpoint, how a restart recovers,
+                         the table a checkpoint commits into, the crash matrix's kill points
+    delta/               delta-eos: Parquet files, then one Delta commit per batch (delta-rs)
+    kafka.py, kafka_commit.py
+                         kafka-eos: Kafka transactions prepared by tasks, ended by the driver
+    postgres.py          postgres-eos: PREPARE TRANSACTION / COMMIT PREPARED
+
+`from sinks import TwoPhaseCommitSink` (and TaskInfo, SinkSettings, TransactionLost) is the
+template's public spelling. It is resolved on first use: the submodules (sinks.faults,
+sinks.txn_log, ...) are imported by every Spark Python worker, which should not pay for the
+template's own imports unless it runs a sink.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sinks.two_phase_commit import SinkSettings, TaskInfo, TransactionLost, TwoPhaseCommitSink
+
+_EXPORTS = {
+    name: "sinks.two_phase_commit"
+    for name in ("TwoPhaseCommitSink", "SinkSettings", "TaskInfo", "TransactionLost")
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sinks' has no attribute {name!r}")
+    return getattr(import_module(module), name)

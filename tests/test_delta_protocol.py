@@ -1,4 +1,4 @@
-"""sinks/delta_protocol.py on real Delta tables: made with deltalake where it can make them,
+"""sinks/delta/protocol_checks.py on real Delta tables: made with deltalake where it can make them,
 else from a hand-written first commit (protocol + metaData), which is a real Delta table too.
 
 Every allowed feature is also appended to for real (a pyarrow file added through
@@ -21,7 +21,7 @@ from deltalake.schema import StructType
 from deltalake.transaction import AddAction
 
 from connectors.options import OptionError
-from sinks.delta_protocol import (
+from sinks.delta.protocol_checks import (
     NotNullViolation,
     check_not_null,
     check_writable,

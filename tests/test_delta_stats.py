@@ -1,4 +1,4 @@
-"""Per-file Delta statistics from Parquet footers (sinks/delta_stats.py).
+"""Per-file Delta statistics from Parquet footers (sinks/delta/file_stats.py).
 
 The files are real Parquet files written by pyarrow; the expected values come from the data
 (pyarrow.compute over what was written) and, end to end, from deltalake's reading of the stats
@@ -21,7 +21,7 @@ import pytest
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from sinks.delta_stats import file_stats, parse_stats_columns
+from sinks.delta.file_stats import file_stats, parse_stats_columns
 
 UTC = dt.timezone.utc
 

@@ -24,7 +24,8 @@ import pytest
 from connectors.cli import build_parser
 from connectors.kafka_security import REFUSED_JAVA_OPTIONS
 from connectors.options import ALWAYS_ACCEPTED_OPTIONS
-from sinks import delta_options, kafka as kafka_sink, postgres as postgres_sink
+from sinks import kafka as kafka_sink, postgres as postgres_sink
+from sinks.delta import options as delta_options
 from sinks.two_phase_commit import (
     BATCH_SETTINGS_OPTIONS,
     BATCH_SPARK_OPTIONS,

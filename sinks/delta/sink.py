@@ -1,9 +1,15 @@
-"""`delta-eos`: the exactly-once Delta Lake sink, written with deltalake (delta-rs).
+"""`delta-eos` in append mode: `DeltaSink`, the exactly-once Delta Lake sink on the template,
+written with pyarrow (data files) and deltalake (delta-rs, the commit).
 
 Phase one (tasks): Parquet files are written into the table directory; no Delta log entry
 names them, so no reader sees them. Phase two (driver): all of the batch's add actions go into
 one Delta commit carrying `Transaction(appId, version=batchId)`, so the table itself records
 atomically whether batch N is in (`isCommitted`). The commit protocol is the template's.
+
+What the upsert mode shares with it (the table cache, `open()`'s checks, compaction, the
+orphan sweep, `isCommitted`) lives here too; sinks/delta/upsert.py overrides the task side and
+the commit. deltalake is imported inside the methods that read or commit the table: Spark's
+Python workers import this module for every task, and most of them only write Parquet.
 """
 
 from __future__ import annotations
@@ -11,28 +17,21 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Field, PostCommitHookProperties, Schema, Transaction
-from deltalake.exceptions import TableNotFoundError
-from deltalake.transaction import AddAction, create_table_with_add_actions
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamWriter
-from pyspark.sql.types import StructType
 
-from connectors.options import OptionError, Options
+from connectors.options import OptionError
 from connectors.paths import resolve
-from sinks import delta_protocol
 from sinks.checkpoint import last_committed_batch
-from sinks.delta_log import referenced_files
-from sinks.delta_options import BATCH_OPTIONS, OPTION_PREFIXES, OPTIONS, DeltaOptions
-from sinks.delta_stats import file_stats
+from sinks.delta import protocol_checks
+from sinks.delta.file_stats import file_stats
+from sinks.delta.options import DeltaOptions
 from sinks.target_identity import TargetIdentity
 from sinks.two_phase_commit import (
     EXACTLY_ONCE,
@@ -41,13 +40,15 @@ from sinks.two_phase_commit import (
     TaskInfo,
     TransactionLost,
     TwoPhaseCommitSink,
-    reject_unknown_options,
 )
 from sinks.txn_log import Handle
 
+if TYPE_CHECKING:  # deltalake is imported where a table is read or committed: the driver's
+    # work (and a batch job's); a task that only writes Parquet files never pays for it.
+    from deltalake import DeltaTable, PostCommitHookProperties
+
 log = logging.getLogger("kafka_eos.sink.delta")
 
-FORMAT_NAME = "delta-eos"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 #: In a batch job's commit info: the job's id, by which a retried commit finds it landed.
 JOB_METADATA_KEY = "kafka_eos.job"
@@ -138,6 +139,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 except Exception as e:  # unreadable now: load it afresh
                     log.info("%s: reloading the table (%s)", self.describe(), e)
             _TABLES.pop(key, None)
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
         try:
             table = DeltaTable(self.options.path, storage_options=self.options.storage_options)
         except TableNotFoundError:
@@ -154,14 +158,14 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         self.job_base_version = -1 if table is None else table.version()
         if table is None:
             return
-        delta_protocol.check_writable(table, self.options.path)
+        protocol_checks.check_writable(table, self.options.path)
         self._check_checkpoint_not_behind(table)
         existing = pa.schema(table.schema().to_arrow())
         self.table_schema = pa.schema(
             [*existing, *(f for f in self.schema if f.name not in existing.names)]
         )
         self.table_configuration = dict(table.metadata().configuration)
-        self.not_null = delta_protocol.not_null_columns(table)
+        self.not_null = protocol_checks.not_null_columns(table)
         self._warn_on_other_properties()
         partitions = tuple(table.metadata().partition_columns)
         if self.options.partition_by and partitions != self.options.partition_by:
@@ -218,6 +222,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         if table.version() - last < n:
             _LAST_COMPACTION[self.options.path] = last
             return
+        from deltalake import CommitProperties
+
         started = time.perf_counter()
         try:
             metrics = table.optimize.compact(
@@ -277,12 +283,14 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
 
     def invoke(self, txn: DeltaTxn, batch: pa.RecordBatch) -> None:
         if self.not_null:
-            delta_protocol.check_not_null(batch, self.not_null, txn.info.batch_id,
-                                          txn.info.partition_id)
+            protocol_checks.check_not_null(batch, self.not_null, txn.info.batch_id,
+                                           txn.info.partition_id)
         cols = self.options.partition_by
         if not cols:
             self._append(txn, (), _conform(batch, self.data_schema))
             return
+        import pyarrow.compute as pc
+
         table = pa.Table.from_batches([batch])
         keys = table.select(list(cols)).group_by(list(cols)).aggregate([]).to_pylist()
         for key in keys:
@@ -317,7 +325,11 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
     def _bound_long_values(self, f: _OpenFile, chunk: pa.RecordBatch | pa.Table) -> None:
         """pyarrow leaves min/max out of the footer for a write holding a string longer than
         4 KiB: such writes are bounded here (one pass over the offsets decides; only then the
-        values are compared), so the file keeps its statistics (sinks/delta_stats.py)."""
+        values are compared), so the file keeps its statistics (sinks/delta/file_stats.py)."""
+        if not self.string_columns:
+            return
+        import pyarrow.compute as pc
+
         for name in self.string_columns:
             column = chunk.column(name)
             longest = pc.max(pc.binary_length(column)).as_py()
@@ -439,6 +451,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         ]
         if not candidates:
             return
+        from sinks.delta.referenced_files import referenced_files
+
         table = self._table()
         referenced = set() if table is None else referenced_files(table, fs, root)
         for info in candidates:
@@ -471,6 +485,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         In at-least-once mode every task commits its own files, without the txn action: the
         batch id no longer names one commit, so it cannot serve as an idempotency key.
         """
+        from deltalake import CommitProperties, Schema, Transaction
+        from deltalake.transaction import AddAction, create_table_with_add_actions
+
         exactly_once = self.settings.guarantee == EXACTLY_ONCE
         job = self.settings.job_id
         if exactly_once and self.isCommitted(batchId):
@@ -530,6 +547,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         commit; repeating it after a crash finds them there and adds nothing)."""
         if not self.options.merge_schema:
             return
+        from deltalake import Field
+
         existing = set(pa.schema(table.schema().to_arrow()).names)
         new = [Field.from_arrow(f) for f in self.schema if f.name not in existing]
         if new:
@@ -588,6 +607,8 @@ def _post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
     millions of files per commit). As delta-spark does, the clean-up runs with the log
     checkpoint only (its commit is the one that reaches delta.checkpointInterval), and the
     table's delta.enableExpiredLogCleanup still decides whether it runs at all."""
+    from deltalake import PostCommitHookProperties
+
     if table is None:
         return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
     interval = int(table.metadata().configuration.get("delta.checkpointInterval")
@@ -645,52 +666,3 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 def _conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
-
-
-class DeltaEosDataSource(DataSource):
-    """`writeStream.format("delta-eos")`: options are checked when the query starts."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self._raw = dict(options)
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT_NAME
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        if overwrite:
-            raise OptionError(
-                "outputMode",
-                "delta-eos supports the append output mode only; complete mode would rewrite "
-                "the table each batch and is not offered",
-            )
-        opts = Options(self._raw)
-        reject_unknown_options(opts, OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME)
-        settings = SinkSettings.from_options(FORMAT_NAME, opts)
-        delta_options = DeltaOptions.parse(opts, settings)
-        arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        return DeltaSink(settings, delta_options, arrow_schema).streamWriter()
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        """`df.write.format("delta-eos").mode("append").save(path)`: the tasks write Parquet
-        files, the job's commit adds them all in one Delta commit (sinks/two_phase_commit.py,
-        TwoPhaseCommitBatchWriter)."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        if overwrite:
-            raise OptionError(
-                "mode",
-                "delta-eos batch writes append: mode 'overwrite' is refused; use "
-                '.mode("append") (Spark itself refuses errorifexists and ignore for Python '
-                "data sources)",
-            )
-        opts = Options(self._raw)
-        reject_unknown_options(opts, BATCH_OPTIONS, prefixes=OPTION_PREFIXES,
-                               format_name=FORMAT_NAME, batch=True)
-        settings = SinkSettings.for_batch_job(FORMAT_NAME, opts)
-        delta_options = DeltaOptions.parse(opts, settings)
-        arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        return DeltaSink(settings, delta_options, arrow_schema).batchWriter()

@@ -28,11 +28,14 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
-import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from connectors.options import OptionError
+
+if TYPE_CHECKING:  # read by the driver only; tasks import this module for check_not_null
+    from deltalake import DeltaTable
 
 #: Highest protocol versions whose meaning is known here (PROTOCOL.md, Reader/Writer Version
 #: Requirements); a table asking for more than that is refused.
@@ -380,6 +383,8 @@ def _resolve(data: pa.RecordBatch | pa.Table, column: str, names: list[str],
             idx = child.get(part.lower())
             if idx is None:
                 return None
+            import pyarrow.compute as pc  # only for nested NOT NULL paths
+
             values = pc.struct_field(values, [idx])
         return values
     return None

@@ -1,6 +1,6 @@
 """Which data files a Delta table's readable versions reference, read at a bounded cost.
 
-The orphan clean-up (sinks/delta.py) may delete one of its own files only when no readable
+The orphan clean-up (sinks/delta/sink.py) may delete one of its own files only when no readable
 version references it: not the current snapshot, and not a version a reader can still travel
 to, whose files are the snapshot's tombstones (`remove` actions). Reading every commit since a
 file was written costs one GET per commit: with compaction, the files it replaced stay
@@ -15,11 +15,14 @@ such a file is what a VACUUM removes, and Delta promises no time travel to it.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 
 def referenced_files(table: DeltaTable, fs: pafs.FileSystem, root: str) -> set[str]:

@@ -1,0 +1,41 @@
+"""`delta-eos`: the exactly-once Delta Lake sink, one module per concern.
+
+    data_source.py      DeltaEosDataSource: the format Spark registers; options checked at start
+    options.py          DeltaOptions: every option and table property, parsed once
+    sink.py             DeltaSink: append mode on the two-phase-commit template (tasks write
+                        Parquet files, the driver adds them in one Delta commit with a txn action)
+    protocol_checks.py  which tables the sink may write to (table features), NOT NULL columns
+    file_stats.py       add-action statistics read from the Parquet footers tasks wrote
+    referenced_files.py which files a table's readable versions still reference (orphan sweep)
+
+`from sinks.delta import DeltaEosDataSource` (and DeltaSink, DeltaOptions, FORMAT_NAME) keeps
+working: the names are resolved on first use, so registering the format (every Spark Python
+worker imports `pyspark_delta_eos`) costs neither deltalake nor the sink's own imports.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sinks.delta.data_source import FORMAT_NAME, DeltaEosDataSource
+    from sinks.delta.options import DeltaOptions
+    from sinks.delta.sink import DeltaSink
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "DeltaEosDataSource": "sinks.delta.data_source",
+    "FORMAT_NAME": "sinks.delta.data_source",
+    "DeltaOptions": "sinks.delta.options",
+    "DeltaSink": "sinks.delta.sink",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sinks.delta' has no attribute {name!r}")
+    return getattr(import_module(module), name)
