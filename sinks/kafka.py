@@ -162,7 +162,7 @@ def _callbacks(current, *, statistics: bool) -> dict[str, Any]:
     conf: dict[str, Any] = {
         # Delivery reports for failures only: no Python callback per record on the hot path.
         "delivery.report.only.error": True,
-        "on_delivery": lambda err, msg: current().errors.append(err),
+        "on_delivery": lambda err, msg: current().errors.append(_delivery_error(err, msg)),
         # A fatal error (a fenced transactional producer: a newer attempt of the partition
         # took its id over) is kept first among the task's errors: invoke and preCommit raise
         # it, naming what happened (see _fatal_from).
@@ -199,6 +199,69 @@ def _fatal_from(txn: "KafkaTxn", call, *args):
             except SystemError:
                 continue
         raise
+
+
+#: librdkafka's default `message.max.bytes` (the producer's bound on one record, checked by
+#: produce() before anything is sent) and Kafka's default `max.message.bytes` of a topic
+#: (the broker's `message.max.bytes`: its bound on one record batch).
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
+BROKER_MAX_MESSAGE_BYTES = 1_048_588
+
+
+class RecordTooLarge(KafkaException):
+    """A record over the producer's or the broker's size limit (MSG_SIZE_TOO_LARGE), named with
+    its size, its key, the source row it came from when the row says so, and the settings to
+    change. A KafkaException, so `except KafkaException` still catches it; its first line is
+    what to change, instead of librdkafka's bare "Broker: Message size too large"."""
+
+    def __init__(self, message: str, error: KafkaError | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _show_key(key: Any) -> str:
+    """A key for a message: text as is (up to 64 characters), bytes decoded when they are
+    UTF-8 text, else their first bytes in hex; no key says so."""
+    if key is None:
+        return "no key"
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        raw = bytes(key)
+        try:
+            key = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"key 0x{raw[:16].hex()}{'...' if len(raw) > 16 else ''} ({len(raw)} bytes)"
+    text = str(key)
+    return f"key {text[:64]!r}{'...' if len(text) > 64 else ''}"
+
+
+def _size(data: Any) -> int:
+    if data is None:
+        return 0
+    return len(data.encode("utf-8")) if isinstance(data, str) else len(data)
+
+
+def _delivery_error(err: KafkaError, msg: Any) -> Any:
+    """What a failed delivery report leaves among the task's errors: the KafkaError, or for a
+    record batch the broker refused as too large, a RecordTooLarge naming the record."""
+    if err is None or err.code() != KafkaError.MSG_SIZE_TOO_LARGE:
+        return err
+    try:
+        topic, partition, key = msg.topic(), msg.partition(), msg.key()
+        size = _size(msg.value()) + _size(key)
+    except Exception:  # no record to name: the plain error
+        return err
+    return RecordTooLarge(
+        f"record batch too large for the broker (MSG_SIZE_TOO_LARGE): it refused the batch "
+        f"holding a record of {size:,} bytes ({_show_key(key)}) for topic {topic} partition "
+        f"{partition}: a record "
+        f"batch must fit the topic's max.message.bytes (default: the broker's "
+        f"message.max.bytes, {BROKER_MAX_MESSAGE_BYTES:,}). Raise the topic's max.message.bytes "
+        f"(kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config "
+        f"max.message.bytes=N), or keep the producer's batches under it: kafka.batch.size and "
+        f"kafka.message.max.bytes at most the topic's limit", err)
 
 
 #: How often a transactional producer reports statistics (preCommit waits for one after its
@@ -554,11 +617,13 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         routed = {"partition", "headers"} if default_topic else {"topic", "partition", "headers"}
         if not routed & set(names):
             # The common case: positional arguments, no dict per record.
-            for value, key in zip(values, keys):
+            for i, (value, key) in enumerate(zip(values, keys)):
                 try:
                     produce(default_topic, value, key)
                 except BufferError:
                     _produce_when_room(producer, default_topic, value=value, key=key)
+                except KafkaException as e:
+                    raise self._too_large(e, txn, batch, i, default_topic, value, key) from None
             _fatal_from(txn, producer.poll, 0)
             self._raise_fatal(txn)
             return
@@ -566,7 +631,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                   else [None] * n)
         parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
         headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
-        for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers):
+        for i, (value, key, topic, part, hdrs) in enumerate(
+                zip(values, keys, topics, parts, headers)):
             topic = topic or default_topic
             if topic is None:  # Spark's Kafka sink fails the same way
                 raise ValueError(
@@ -581,8 +647,41 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                 produce(topic, **kwargs)
             except BufferError:
                 _produce_when_room(producer, topic, **kwargs)
+            except KafkaException as e:
+                raise self._too_large(e, txn, batch, i, topic, value, key, hdrs) from None
         _fatal_from(txn, producer.poll, 0)
         self._raise_fatal(txn)
+
+    def _too_large(self, e: KafkaException, txn: KafkaTxn, batch: pa.RecordBatch, row: int,
+                   topic: str, value: Any, key: Any, headers: Any = None) -> Exception:
+        """produce()'s own size check (librdkafka refuses a record over the producer's
+        `message.max.bytes` before sending it) as a RecordTooLarge naming the record, its
+        source row when the rows carry Kafka coordinates (`offset`, with `topic` and
+        `partition`: a kafka-eos source's rows written on), and the settings to change; any
+        other produce() error as it is."""
+        err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+        if err is None or err.code() != KafkaError.MSG_SIZE_TOO_LARGE:
+            return e
+        size = _size(value) + _size(key) + sum(
+            _size(h.get("key")) + _size(h.get("value")) for h in headers or ())
+        limit = self.options.kafka_conf.get("message.max.bytes")
+        limit_text = (f"kafka.message.max.bytes = {limit}" if limit else
+                      f"kafka.message.max.bytes = {LIBRDKAFKA_MESSAGE_MAX_BYTES:,} (librdkafka's "
+                      "default)")
+        names = batch.schema.names
+        if "offset" in names:
+            src = {c: batch.column(c)[row].as_py() for c in ("topic", "partition", "offset")
+                   if c in names}
+            where = "source row " + " ".join(f"{c} {v}" for c, v in src.items())
+        else:
+            where = (f"row {row} of Spark partition {txn.info.partition_id}'s input in batch "
+                     f"{txn.info.batch_id}")
+        return RecordTooLarge(
+            f"{self.describe()}: record too large for the producer (MSG_SIZE_TOO_LARGE): "
+            f"{size:,} bytes ({_show_key(key)}, {where}) for topic {topic}, over "
+            f"{limit_text}. Raise .option(\"kafka.message.max.bytes\", ...) above the "
+            f"record's size (the topic's max.message.bytes, default "
+            f"{BROKER_MAX_MESSAGE_BYTES:,}, must allow it too), or write smaller records", err)
 
     def _raise_fatal(self, txn: KafkaTxn) -> None:
         """Stop writing at a fatal producer error: a fenced producer is a zombie attempt."""
@@ -596,7 +695,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.describe()}: records not delivered within flushTimeout")
         if txn.errors:  # a fatal one first (error_cb)
-            raise KafkaException(txn.errors[0])
+            first = txn.errors[0]
+            raise first if isinstance(first, RecordTooLarge) else KafkaException(first)
         if txn.transactional_id is None:
             # At-least-once / none: delivered, acknowledged; the producer stays in its cache.
             txn.producer = None

@@ -674,3 +674,62 @@ def test_endtxn_asks_the_remembered_coordinator_and_forgets_it_when_a_request_fa
         kafka_txn.end_transaction("x", txn, commit=True)
     kafka_txn.end_transaction("x", txn, commit=True)
     assert finds == ["p-0-0", "p-0-0"]  # asked again after the failure
+
+
+# ------------------------------------------------------------------ oversized records (issue 24)
+
+
+def test_a_record_over_the_producers_limit_names_the_record_its_source_row_and_the_option(
+        tmp_path):
+    """librdkafka refuses a record over `message.max.bytes` in produce(), before any broker is
+    asked (a real producer here, pointed at no broker): the task's error names the record and
+    what to change, not librdkafka's bare "Broker: Message size too large"."""
+    import pyarrow as pa
+    from confluent_kafka import Producer
+    from pyspark.sql.types import IntegerType, LongType, StringType
+
+    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType()),
+                         StructField("topic", StringType()), StructField("partition", IntegerType()),
+                         StructField("offset", LongType())])
+    opts = Options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "out",
+                    "checkpointLocation": str(tmp_path / "ck")})
+    settings = SinkSettings.from_options("kafka-eos", opts)
+    sink = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema))
+    txn = ksink.KafkaTxn(TaskInfo(3, 1, 0), Producer({"bootstrap.servers": "127.0.0.1:9",
+                                                       "log_level": 0}), None)
+    rows = pa.record_batch({"key": ["user-1", "user-7"], "value": [b"x", b"y" * 2_000_000],
+                            "topic": ["events", "events"], "partition": [0, 0],
+                            "offset": [10, 11]})
+    with pytest.raises(ksink.RecordTooLarge) as e:
+        sink.invoke(txn, rows)
+    message = str(e.value)
+    assert message.startswith(f"kafka-eos[{sink.options.prefix}]: record too large for the "
+                              "producer (MSG_SIZE_TOO_LARGE): 2,000,006 bytes (key 'user-7', "
+                              "source row topic events partition 0 offset 11) for topic out")
+    assert "over kafka.message.max.bytes = 1,000,000 (librdkafka's default)" in message
+    assert 'Raise .option("kafka.message.max.bytes", ...)' in message
+    assert isinstance(e.value, KafkaException)  # what callers catching KafkaException expect
+
+    # without Kafka coordinates in the rows: the row of the task's input
+    plain = pa.record_batch({"value": [b"z" * 1_500_000]})
+    sink_plain = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, SCHEMA))
+    with pytest.raises(ksink.RecordTooLarge, match=r"1,500,000 bytes \(no key, row 0 of Spark "
+                                                   r"partition 1's input in batch 3\)"):
+        sink_plain.invoke(txn, plain)
+
+
+def test_a_batch_the_broker_refuses_as_too_large_names_the_record_and_the_topic_setting():
+    class Delivered:  # what a delivery report carries of its record
+        def topic(self): return "out"
+        def partition(self): return 2
+        def key(self): return b"user-9"
+        def value(self): return b"v" * 5000
+
+    error = ksink._delivery_error(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Delivered())
+    assert isinstance(error, ksink.RecordTooLarge)
+    assert str(error).startswith("record batch too large for the broker (MSG_SIZE_TOO_LARGE): "
+                                 "it refused the batch holding a record of 5,006 bytes (key "
+                                 "'user-9') for topic out partition 2")
+    assert "--entity-name out --add-config max.message.bytes=N" in str(error)
+    other = KafkaError(KafkaError.REQUEST_TIMED_OUT)
+    assert ksink._delivery_error(other, Delivered()) is other
