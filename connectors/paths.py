@@ -15,9 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING
 
 from connectors.options import OptionError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 #: Hadoop's names for S3 -> the standard one (pyarrow and delta-rs know only `s3://`).
 _S3_ALIASES = ("s3a", "s3n")
@@ -42,6 +45,8 @@ class Location:
 
     @property
     def is_local(self) -> bool:
+        import pyarrow.fs as pafs
+
         return isinstance(self.fs, pafs.LocalFileSystem)
 
 
@@ -87,6 +92,8 @@ def resolve(option: str, value: str, storage_options: Mapping[str, str] | None =
     standard environment, as delta-rs does; keys pyarrow has no use for are left to delta-rs.
     Secrets never appear in a repr, a log line or an error message.
     """
+    import pyarrow.fs as pafs  # on use: pyarrow costs workers that only check options
+
     uri = normalise(option, value)
     if uri.startswith("/"):
         return Location(uri, pafs.LocalFileSystem(), uri)
@@ -205,6 +212,8 @@ def _not_per_filesystem(option: str, key: str, value: str, env: str, what: str) 
 
 
 def _s3(option: str, uri: str, opts: Mapping[str, str]) -> tuple[pafs.FileSystem, str]:
+    import pyarrow.fs as pafs
+
     if not any(k in opts for k in _S3_KEYS):
         # Nothing given: pyarrow's own reading of the environment and of the bucket's region.
         # S3: small records as one PUT (no multipart upload), one round trip fewer per open.
@@ -257,6 +266,8 @@ def _s3(option: str, uri: str, opts: Mapping[str, str]) -> tuple[pafs.FileSystem
 def _bucket_region(bucket: str) -> str | None:
     """As from_uri does: the bucket's own region (one request per bucket and process, not one
     per file: the sink resolves its path for every file it writes)."""
+    import pyarrow.fs as pafs
+
     try:
         return pafs.resolve_s3_region(bucket)
     except (OSError, ValueError):
@@ -264,6 +275,8 @@ def _bucket_region(bucket: str) -> str | None:
 
 
 def _gcs(option: str, uri: str, opts: Mapping[str, str]) -> tuple[pafs.FileSystem, str]:
+    import pyarrow.fs as pafs
+
     account = _pick(opts, _GCS_SERVICE_ACCOUNT)
     if account is not None:
         _not_per_filesystem(option, account[0], account[1], "GOOGLE_APPLICATION_CREDENTIALS",
@@ -272,6 +285,8 @@ def _gcs(option: str, uri: str, opts: Mapping[str, str]) -> tuple[pafs.FileSyste
 
 
 def _azure(option: str, uri: str, opts: Mapping[str, str]) -> tuple[pafs.FileSystem, str]:
+    import pyarrow.fs as pafs
+
     if not any(k in opts for k in _AZ_KEYS):
         return pafs.FileSystem.from_uri(uri)
     parts = urlsplit(uri)

@@ -11,10 +11,12 @@ first starts on a checkpoint and keeps it across restarts
 from __future__ import annotations
 
 import json
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING
 
 from connectors.paths import resolve
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 from sinks.txn_log import LOG_DIR, TransactionLog
 
 IDENTITY_FILE = "identity.json"
@@ -37,6 +39,8 @@ def query_id(checkpoint_location: str) -> str | None:
 
 def last_committed_batch(checkpoint_location: str) -> int:
     """The last batch Spark logged in `<checkpoint>/commits`; -1 if none."""
+    import pyarrow.fs as pafs
+
     loc = resolve("checkpointLocation", checkpoint_location)
     infos = loc.fs.get_file_info(pafs.FileSelector(f"{loc.path}/commits", allow_not_found=True))
     return max((int(i.base_name) for i in infos if i.base_name.isdigit()), default=-1)

@@ -34,16 +34,24 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import kafka.errors as kafka_errors
-from kafka.protocol.consumer.fetch import FetchRequest
-from kafka.protocol.consumer.offsets import ListOffsetsRequest
-from kafka.net.compat import KafkaNetClient
-from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
-from kafka.protocol.metadata.metadata import MetadataRequest
-from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
-from kafka.record.memory_records import MemoryRecords
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from connectors.kafka_security import connection_hint, kafka_python_config
+
+if TYPE_CHECKING:
+    from kafka.net.compat import KafkaNetClient
+
+# kafka-python is imported where a request is sent, not here: it costs about 0.2 s, and every
+# Python worker Spark starts for this sink (its tasks, its planners) imports this module, while
+# only the driver's commit and recovery send these requests.
+
+
+def _errors() -> ModuleType:
+    """kafka-python's table of error codes (`kafka.errors`)."""
+    import kafka.errors
+
+    return kafka.errors
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -125,7 +133,7 @@ class OutcomeUnreadable(TxnRequestError):
 
 def error_name(code: int) -> str:
     """Kafka's name for an error code (kafka-python's table), with the number."""
-    return f"{kafka_errors.for_code(code).message} (error {code})"
+    return f"{_errors().for_code(code).message} (error {code})"
 
 
 def classify(code: int) -> str:
@@ -138,8 +146,8 @@ def classify(code: int) -> str:
         return "unknown"
     if code == INVALID_TXN_STATE:
         return "invalid_state"
-    error = kafka_errors.for_code(code)
-    if issubclass(error, kafka_errors.AuthorizationError):
+    error = _errors().for_code(code)
+    if issubclass(error, _errors().AuthorizationError):
         return "authorization"
     return "transient" if error.retriable else "definite"
 
@@ -169,19 +177,19 @@ def txn_error(code: int, what: str) -> Exception | None:
 def acl_needed(code: int | None, transactional_id_prefix: str, topics: Iterable[str] = ()) -> str:
     """What to grant the sink's principal for an authorization failure `code`."""
     topic_list = ", ".join(f"'{t}'" for t in sorted(set(topics))) or "the output topic(s)"
-    if code == kafka_errors.TransactionalIdAuthorizationFailedError.errno:
+    if code == _errors().TransactionalIdAuthorizationFailedError.errno:
         return (
             f"the sink's principal needs WRITE (and DESCRIBE) on TransactionalId "
             f"'{transactional_id_prefix}*' (a prefixed ACL: kafka-acls --add --allow-principal "
             f"User:<principal> --operation Write --operation Describe --transactional-id "
             f"'{transactional_id_prefix}' --resource-pattern-type prefixed)"
         )
-    if code == kafka_errors.TopicAuthorizationFailedError.errno:
+    if code == _errors().TopicAuthorizationFailedError.errno:
         return (
             f"the sink's principal needs WRITE and DESCRIBE on Topic {topic_list}, and READ to "
             "settle a transaction whose commit is in doubt from the output"
         )
-    if code == kafka_errors.ClusterAuthorizationFailedError.errno:
+    if code == _errors().ClusterAuthorizationFailedError.errno:
         return (
             "the sink's principal needs IDEMPOTENT_WRITE on the Cluster (brokers before 2.8 "
             "require it of transactional producers)"
@@ -232,6 +240,8 @@ class CommitClient:
 
     def _net(self, timeout_s: float) -> KafkaNetClient:
         if self._client is None:
+            from kafka.net.compat import KafkaNetClient
+
             self._client = KafkaNetClient(
                 **self._config,
                 request_timeout_ms=int(timeout_s * 1000),
@@ -254,11 +264,11 @@ class CommitClient:
         try:
             manager.maybe_raise_auth_failure(node_id)
             conn = manager.get_connection(node_id)
-        except kafka_errors.NodeNotReadyError:
+        except _errors().NodeNotReadyError:
             manager.reset_backoff(node_id)
             conn = manager.get_connection(node_id)
-        except (kafka_errors.SaslAuthenticationFailedError,
-                kafka_errors.UnsupportedSaslMechanismError) as e:
+        except (_errors().SaslAuthenticationFailedError,
+                _errors().UnsupportedSaslMechanismError) as e:
             raise self._refused(e, where) from None
         if not conn.init_future.is_done:
             client._net.poll(timeout_ms=int(timeout_s * 1000), future=conn.init_future)
@@ -304,7 +314,7 @@ class CommitClient:
             if _is_refusal(error):
                 raise self._refused(error, where)
             # the request went out and the broker hung up instead of answering
-            closed = isinstance(error, kafka_errors.KafkaConnectionError)
+            closed = isinstance(error, _errors().KafkaConnectionError)
             raise TransientTxnError(f"{request.name} to {where} failed: {error}",
                                     closed_by_broker=closed)
         raise TransientTxnError(f"{request.name} to {where}: no answer in {timeout_s:.0f} s")
@@ -332,12 +342,12 @@ class CommitClient:
 
 def _is_refusal(error: BaseException | None) -> bool:
     """TLS or SASL said no: a definite answer, unlike a dropped connection."""
-    if isinstance(error, (ssl.SSLError, kafka_errors.SaslAuthenticationFailedError,
-                          kafka_errors.UnsupportedSaslMechanismError,
-                          kafka_errors.IllegalSaslStateError)):
+    if isinstance(error, (ssl.SSLError, _errors().SaslAuthenticationFailedError,
+                          _errors().UnsupportedSaslMechanismError,
+                          _errors().IllegalSaslStateError)):
         return True
     # kafka-python reports a failed TLS handshake as a connection error with its reason
-    return isinstance(error, kafka_errors.KafkaConnectionError) and "handshake failed" in str(
+    return isinstance(error, _errors().KafkaConnectionError) and "handshake failed" in str(
         error).lower()
 
 
@@ -368,6 +378,8 @@ def check_cluster(cluster: Cluster, timeout_s: float = 10.0) -> None:
     """Once per process and configuration: connect and authenticate now, so that wrong credentials, an untrusted certificate or the
     wrong protocol fail the query at its start, naming the options, within seconds. A cluster
     that does not answer at all is retried until `timeout_s`, then refused the same way."""
+    from kafka.protocol.metadata.metadata import MetadataRequest
+
     client = commit_client(cluster)
     if client.verified:
         return
@@ -391,6 +403,8 @@ def find_transaction_coordinator(
     cluster: Cluster, transactional_id: str, timeout_s: float = 10.0
 ):
     """The coordinator's node id (known to the commit client from then on)."""
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
+
     client = commit_client(cluster)
     r = client.call(FindCoordinatorRequest(key=transactional_id, key_type=1, version=1),
                     timeout_s=timeout_s)
@@ -408,6 +422,8 @@ def end_transaction(
     from the output), TxnAuthorizationError, or another definite error named by Kafka.
     The coordinator found for the id last time is asked directly; any failure that may mean it
     moved (no answer, NOT_COORDINATOR, ...) forgets it, and the retry asks FindCoordinator."""
+    from kafka.protocol.producer.transaction import EndTxnRequest
+
     client = commit_client(cluster)
     node = client.cached_coordinator(txn.transactional_id)
     if node is None:
@@ -444,6 +460,8 @@ def fence_transactional_id(
     costs two round trips and no librdkafka instance. Version 3 (Kafka 2.5+) with producer id
     and epoch -1 (the embedded demo broker, Tansu 0.6.0, answers versions 0-2 with
     UNKNOWN_SERVER_ERROR)."""
+    from kafka.protocol.producer.transaction import InitProducerIdRequest
+
     deadline = time.monotonic() + deadline_s
     while True:
         try:
@@ -475,6 +493,8 @@ def partition_leaders(
     cluster: Cluster, topics: Iterable[str], timeout_s: float = 10.0
 ) -> dict[TopicPartition, int]:
     """(topic, partition) -> the leader's node id, for the topics the broker knows."""
+    from kafka.protocol.metadata.metadata import MetadataRequest
+
     wanted = sorted(set(topics))
     client = commit_client(cluster)
     r = client.call(
@@ -503,6 +523,8 @@ def end_offsets(
     """The latest offset of every partition of `topics` (read_uncommitted): any record
     produced after this call lies at or above it. One Metadata request, then one ListOffsets
     per leader."""
+    from kafka.protocol.consumer.offsets import ListOffsetsRequest
+
     by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
     for tp, leader in partition_leaders(cluster, topics, timeout_s).items():
         by_leader[leader].append(tp)
@@ -531,6 +553,8 @@ FETCH_VERSION = 5  # record batches v2, isolation level, log start offset
 
 
 def _fetch(cluster: Cluster, node: int, tp: TopicPartition, offset: int, timeout_s: float):
+    from kafka.protocol.consumer.fetch import FetchRequest
+
     request = FetchRequest(
         replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=8 << 20, isolation_level=0,
         topics=[FetchRequest.FetchTopic(topic=tp[0], partitions=[
@@ -551,6 +575,8 @@ def _unreadable(txn: PreparedTxn, tp: TopicPartition, start: int, why: str) -> O
 
 
 def _earliest_offset(cluster: Cluster, node: int, tp: TopicPartition, timeout_s: float) -> int:
+    from kafka.protocol.consumer.offsets import ListOffsetsRequest
+
     request = ListOffsetsRequest(
         replica_id=-1, isolation_level=0, version=2,
         topics=[ListOffsetsRequest.ListOffsetsTopic(name=tp[0], partitions=[
@@ -575,6 +601,8 @@ def partition_outcome(
     time, so that marker ends this one). `start` must be at or below the transaction's first
     record (None: the log start). Raises OutcomeUnreadable if the records are not (or no
     longer) there."""
+    from kafka.record.memory_records import MemoryRecords
+
     if start is None:
         start = _earliest_offset(cluster, node, tp, timeout_s)
     offset, found = start, False

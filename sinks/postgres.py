@@ -54,8 +54,6 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
-from pyspark.sql.types import StructType
 
 from connectors.options import OptionError, Options
 from sinks.target_identity import TargetIdentity
@@ -65,13 +63,13 @@ from sinks.two_phase_commit import (
     TaskInfo,
     TwoPhaseCommitSink,
     TransactionLost,
-    reject_unknown_options,
 )
+from sinks.postgres_data_source import FORMAT_NAME  # noqa: F401  (one spelling, both modules)
 from sinks.txn_log import Handle
 
 log = logging.getLogger("kafka_eos.sink.postgres")
 
-FORMAT_NAME = "postgres-eos"
+
 #: The sink's own options (besides the template's); anything else is refused.
 OPTIONS = ("url", "table", "createTable", "allowNewTable")
 GID_MAX_BYTES = 200  # PostgreSQL's limit on a prepared transaction's identifier
@@ -581,26 +579,6 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
         )
 
 
-class PostgresEosDataSource(DataSource):
-    """`writeStream.format("postgres-eos")`: options are checked when the query starts."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self._raw = dict(options)
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT_NAME
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        if overwrite:
-            raise OptionError("outputMode", "postgres-eos supports the append output mode only")
-        opts = Options(self._raw)
-        reject_unknown_options(opts, OPTIONS, format_name=FORMAT_NAME)
-        settings = SinkSettings.from_options(FORMAT_NAME, opts)
-        pg_options = PostgresOptions.parse(opts, settings)
-        arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        check_columns(arrow_schema, {f.name: f.dataType.simpleString() for f in schema.fields})
-        return PostgresSink(settings, pg_options, arrow_schema).streamWriter()
+# The format's DataSource lives in a module of its own that imports this one only when a query
+# starts (psycopg costs every Python worker that merely looks formats up); kept importable here.
+from sinks.postgres_data_source import PostgresEosDataSource  # noqa: E402, F401

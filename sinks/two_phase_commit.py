@@ -42,9 +42,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -64,6 +63,9 @@ from connectors.paths import normalise
 from sinks import faults
 from sinks.recovery_plan import RecoveryPlan, plan_recovery
 from sinks.txn_log import Handle, TransactionLog
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("kafka_eos.sink")
 

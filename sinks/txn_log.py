@@ -25,11 +25,12 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, Any
 
 from connectors.paths import resolve
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 LOG_DIR = "eos-sink"
 #: pyarrow filesystems with no atomic rename, where a record is written in place.
@@ -87,6 +88,8 @@ class TransactionLog:
     def _write(self, path: str, payload: bytes, *, exclusive: bool = False) -> None:
         """Write a record once. `exclusive`: fail if it exists (else an existing one, which
         has the same meaning, is kept or rewritten with the same meaning)."""
+        import pyarrow.fs as pafs  # here: workers that never write a record skip pyarrow
+
         parent = path.rsplit("/", 1)[0]
         if self.fs.type_name in OBJECT_STORES:
             # No rename there (pyarrow's move is copy + delete), but a PUT is atomic; and no
@@ -119,6 +122,8 @@ class TransactionLog:
             return json.loads(f.read().decode("utf-8"))
 
     def _names(self, directory: str) -> list[str]:
+        import pyarrow.fs as pafs
+
         infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
         return [info.base_name for info in infos]
 

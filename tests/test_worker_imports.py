@@ -1,0 +1,45 @@
+"""What a Spark Python worker pays to load the formats. Spark starts a fresh Python process for
+each format lookup, source creation and planner (and for tasks), and each one imports the
+registered DataSource classes: a library imported at module level there is paid many times per
+query start (issue 24: a first batch took 13-20 s on 2 cores). The driver-only libraries stay
+out of those imports and are loaded where they are used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+#: Imported only where used: kafka-python by the Kafka sink's driver commit, psycopg by the
+#: postgres-eos sink, deltalake by the delta-eos sink's tasks and commit.
+DRIVER_ONLY = ("kafka", "psycopg", "deltalake")
+
+
+def _modules_after(statement: str) -> set[str]:
+    code = f"import sys, json; {statement}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("statement", [
+    "import connectors.formats",
+    "import pyspark_kafka_eos, pyspark_delta_eos, pyspark_postgres_eos",
+])
+def test_looking_formats_up_imports_no_driver_only_library(statement: str) -> None:
+    loaded = _modules_after(statement)
+    heavy = sorted(m for m in DRIVER_ONLY if m in loaded)
+    assert not heavy, f"{statement!r} imports {heavy}: every Python worker Spark starts pays it"
+
+
+def test_the_kafka_sink_loads_kafka_python_only_to_commit() -> None:
+    assert "kafka" not in _modules_after("import sinks.kafka")
+    assert "kafka" in _modules_after(
+        "import sinks.kafka_commit as k; k.error_name(47)")
+
+
+def test_the_postgres_format_loads_psycopg_only_when_a_query_starts() -> None:
+    assert "psycopg" not in _modules_after("import sinks.postgres_data_source")
+    assert "psycopg" in _modules_after("import sinks.postgres")
