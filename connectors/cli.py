@@ -1,4 +1,4 @@
-"""The command line: `python -m connectors demo|inspect|resolve ...`, also installed as
+"""The command line: `python -m connectors demo|broker|inspect|resolve ...`, also installed as
 `kafka-eos ...`.
 
 Bad arguments get one line on stderr and exit status 2, never a traceback. Exit status 1 means
@@ -124,8 +124,50 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(command_parser=demo)  # its errors read "kafka-eos demo: error: ..."
     demo.add_argument("--timeout", type=_positive_int, default=900, metavar="SECONDS",
                       help="give up after this long")
+    demo.add_argument("--broker", choices=LOCAL_BROKER_KINDS, default="auto",
+                      help="without --bootstrap-servers, the local broker to start: auto is "
+                           "Apache Kafka from its Maven jars where Java and the jars (cached, "
+                           "or Maven Central) are there, else the embedded broker")
+    _add_broker_command(commands)
     _add_operator_commands(commands)
     return parser
+
+
+#: Same as connectors.testing.broker.LOCAL_BROKER_KINDS (not imported: --help stays fast).
+LOCAL_BROKER_KINDS = ("auto", "apache-kafka", "embedded")
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (0 for any free one), got {value}")
+    return value
+
+
+def _add_broker_command(commands) -> None:
+    """`broker`: a local Kafka broker for a user's own pipelines, until Ctrl-C."""
+    broker = commands.add_parser(
+        "broker",
+        help="start a local Kafka broker for your own pipelines; print its bootstrap address "
+             "and run until Ctrl-C",
+        description=(
+            "Start a local Kafka broker on 127.0.0.1, print its bootstrap address and run until "
+            "Ctrl-C (or SIGTERM), then stop it and delete its data. By default it is real Apache "
+            "Kafka, one KRaft node from its Maven jars (fetched once into ~/.cache/kafka-eos, "
+            "the test suite's cache; needs Java 17), so read_committed, offsets and "
+            "transactions behave as on a cluster. Only where Apache Kafka cannot be had (no "
+            "Java, no cached jars and no Maven Central) is the embedded Kafka-compatible broker "
+            "started, saying what it lacks. Exit status: 0 stopped by Ctrl-C, 3 could not run."
+        ),
+        formatter_class=_Help,
+    )
+    broker.add_argument("--port", type=_port, default=9092,
+                        help="the PLAINTEXT listener's port on 127.0.0.1; 0 picks a free one")
+    broker.add_argument("--broker", choices=LOCAL_BROKER_KINDS, default="auto",
+                        help="auto: Apache Kafka where it can run, else the embedded broker; "
+                             "apache-kafka: Apache Kafka or an error; embedded: the embedded "
+                             "broker")
+    broker.set_defaults(command_parser=broker)
 
 
 def _add_operator_commands(commands) -> None:
@@ -243,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         return _inspect(args)
     if args.command == "resolve":
         return _resolve(args)
+    if args.command == "broker":
+        return _broker(args)
     if args.partitions > args.records:
         parser.error(f"argument --records: must be at least --partitions ({args.partitions})")
     kafka_config: dict[str, str] = {}
@@ -262,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         trigger_ms=args.trigger_ms,
         timeout_s=float(args.timeout),
+        local_broker=args.broker,
     )
     try:
         return run_demo(config)
@@ -271,6 +316,47 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG} demo: interrupted", file=sys.stderr)
         return 130
+
+
+def _broker(args: argparse.Namespace) -> int:
+    """Run a local broker until Ctrl-C or SIGTERM. Its address goes to stdout as
+    `bootstrap servers: HOST:PORT` (a line scripts can read); progress and the embedded
+    broker's shortcomings too, since the user started this to read them."""
+    import signal
+    import time
+
+    from connectors.testing.broker import TANSU_LACKS, LocalBrokerError, local_broker
+
+    def stop(signum, frame):  # SIGTERM: the same clean stop as Ctrl-C (the broker's data goes)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    port = args.port or None
+    try:
+        with local_broker(args.broker, port=port,
+                          progress=lambda text: print(f"{PROG} broker: {text}...", flush=True)
+                          ) as local:
+            if local.fallback_reason:
+                print(f"{PROG} broker: Apache Kafka cannot run here ({local.fallback_reason}); "
+                      "started the embedded Kafka-compatible broker instead.")
+            if local.embedded:
+                print("The embedded broker is not Kafka. What it lacks:")
+                for lack in TANSU_LACKS:
+                    print(f"  - {lack}")
+            print(f"Kafka: {local.description} at {local.bootstrap_servers}; its data is "
+                  "deleted when it stops")
+            print(f"bootstrap servers: {local.bootstrap_servers}")
+            print("Running until Ctrl-C.", flush=True)
+            while local.alive():
+                time.sleep(0.5)
+            print(f"{PROG} broker: error: the broker exited on its own", file=sys.stderr)
+            return EXIT_CANNOT_RUN
+    except LocalBrokerError as exc:
+        print(f"{PROG} broker: error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except KeyboardInterrupt:
+        print(f"{PROG} broker: stopped", flush=True)
+        return EXIT_OK
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
-"""The main job, as a user runs it: `python -m connectors demo`, embedded broker, real Spark,
-SIGKILLs of the pipeline's process group, and the demo's own verification, which must find
-every produced event exactly once in the Delta table and in the Kafka topic."""
+"""The main job, as a user runs it: `python -m connectors demo`, its local broker (Apache Kafka
+from its Maven jars, as on any machine with Java), real Spark, SIGKILLs of the pipeline's process
+group, and the demo's own verification, which must find every produced event exactly once in the
+Delta table and in the Kafka topic."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def test_demo_with_chaos_verifies_exactly_once(tmp_path: Path):
     log = (runs[0] / "pipeline.log").read_text(errors="replace")[-3000:] if runs else ""
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}\n{log}"
     assert "PASSED: every record exactly once in both sinks." in proc.stdout
+    # Java and the suite's cached jars are here: the demo's broker is Apache Kafka itself
+    assert "Kafka: Apache Kafka 4.4.0 (one KRaft node, from its Maven jars) at " in proc.stdout
     assert "chaos: SIGKILL of the pipeline's process group (1 of 1; in flight: " in proc.stdout
     # the first kill is followed by `kafka-eos inspect` of both checkpoints
     for query in ("delta", "kafka"):

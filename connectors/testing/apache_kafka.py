@@ -34,7 +34,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from connectors.testing.broker import Broker, _wait_until_ready, free_port, property_value
+from connectors.testing.broker import (
+    Broker,
+    _wait_until_ready,
+    free_port,
+    port_free,
+    property_value,
+)
 from connectors.testing.certs import TestPKI, generate_test_pki
 
 log = logging.getLogger(__name__)
@@ -429,9 +435,11 @@ def finalized_feature(bootstrap: str, name: str, timeout_s: float = 10.0) -> int
 @contextlib.contextmanager
 def apache_kafka(
     generation: Generation = LATEST, *, overrides: dict[str, str] | None = None,
-    check_transaction_version: bool = True,
+    check_transaction_version: bool = True, plaintext_port: int | None = None,
 ) -> Iterator[ApacheKafka]:
-    """Fetch (once), format and start one node; stop it and delete its data on exit."""
+    """Fetch (once), format and start one node; stop it and delete its data on exit.
+    `plaintext_port`: the PLAINTEXT listener's port (`kafka-eos broker --port`), else a free
+    one; the other listeners always take free ports."""
     kafka_jars(generation)
     workdir = Path(tempfile.mkdtemp(prefix=f"apache-kafka-{generation.version}-"))
     try:
@@ -442,6 +450,8 @@ def apache_kafka(
             # Free ports are picked before the JVM binds them: another process may take one
             # in between (a busy test machine). Then the node is formatted afresh on new ones.
             ports = {name: free_port() for name in (*LISTENERS, "CONTROLLER")}
+            if plaintext_port:
+                ports["PLAINTEXT"] = plaintext_port
             shutil.rmtree(workdir / "data", ignore_errors=True)
             kafka = ApacheKafka(generation, workdir, ports, pki, passwords)
             kafka.format(overrides)
@@ -449,7 +459,8 @@ def apache_kafka(
                 kafka.start()
                 break
             except KafkaUnavailable as e:
-                if attempt == 2 or "Address already in use" not in str(e):
+                if attempt == 2 or "Address already in use" not in str(e) or (
+                        plaintext_port and not port_free(plaintext_port)):
                     raise
                 log.warning("Apache Kafka %s: a port was taken meanwhile; starting again",
                             generation.version)

@@ -131,6 +131,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_free(port: int) -> bool:
+    """Whether a listener could bind 127.0.0.1:`port` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def tansu_binary() -> str:
     from importlib.resources import files
 
@@ -178,8 +189,9 @@ def _wait_until_ready(
 
 
 @contextlib.contextmanager
-def tansu_broker() -> Iterator[Broker]:
-    port = free_port()
+def tansu_broker(port: int | None = None) -> Iterator[Broker]:
+    """The embedded Kafka-compatible broker on `port` (else a free one), in memory."""
+    port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
     logdir = tempfile.mkdtemp(prefix="tansu-")
     logfile = open(os.path.join(logdir, "tansu.log"), "wb")
@@ -529,3 +541,121 @@ def kafka_broker() -> Iterator[Broker]:
     log.info("starting Apache Kafka from its Maven jars: %s", reason)
     with apache_kafka_broker() as broker:
         yield broker
+
+
+# --- A local broker for users: `kafka-eos broker` and the demo -------------------------------
+
+#: What the embedded broker lacks that a user's own checks can trip on, told whenever a user
+#: gets it instead of Apache Kafka (measured on Tansu 0.6.0; docs/testing.md).
+TANSU_LACKS = (
+    "read_committed does not hide aborted records: a plain read_committed consumer counts the "
+    "records of aborted transactions too; check the kafka-eos sink's output with "
+    "connectors.testing.kafka_oracle.committed(), which applies the COMMIT/ABORT markers itself",
+    "a partition's end offset (ListOffsets) is its last record batch's base offset + 1: records "
+    "produced in multi-record batches (linger.ms, batch.size) read short until another batch "
+    "follows",
+    "no transaction timeouts, no PRODUCER_FENCED for a fenced commit, no CreatePartitions, no "
+    "DeleteRecords",
+    "its data lives in memory: it is gone when the broker stops",
+)
+
+#: `kafka-eos broker --broker` / `demo --broker`: which local broker to start.
+LOCAL_BROKER_KINDS = ("auto", "apache-kafka", "embedded")
+
+
+@dataclass
+class LocalBroker:
+    """A local broker started for a user (`local_broker()`)."""
+
+    broker: Broker
+    #: e.g. "Apache Kafka 4.4.0 (one KRaft node, from its Maven jars)"
+    description: str
+    #: Why the embedded broker runs instead of Apache Kafka (None: Apache Kafka runs, or the
+    #: embedded one was asked for).
+    fallback_reason: str | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.broker.bootstrap_servers
+
+    @property
+    def embedded(self) -> bool:
+        return self.broker.kind == "tansu"
+
+    def alive(self) -> bool:
+        """False once the broker's process has exited."""
+        node = self.broker.node
+        if node is not None:
+            return node.process is not None and node.process.poll() is None
+        if self.broker.pid is not None:
+            try:
+                os.kill(self.broker.pid, 0)
+            except ProcessLookupError:
+                return False
+        return True
+
+
+class LocalBrokerError(RuntimeError):
+    """The local broker could not start; the message says why and what to do."""
+
+
+@contextlib.contextmanager
+def local_broker(kind: str = "auto", *, port: int | None = None,
+                 progress: Any = None) -> Iterator[LocalBroker]:
+    """Start a local broker for a user's own pipelines (`kafka-eos broker`, the demo):
+
+    * "auto": real Apache Kafka from its Maven jars (the test suite's broker: the same jars,
+      fetched once into the same cache, by `mvn` or PySpark's Ivy) whenever Java and the jars
+      (cached, or Maven Central) are there, because the embedded broker misleads a user's own
+      checks (TANSU_LACKS); the embedded broker only when Apache Kafka cannot be had here
+      (`fallback_reason` says why);
+    * "apache-kafka": Apache Kafka or an error; "embedded": the embedded broker.
+
+    `port`: the PLAINTEXT listener's port (else a free one). `progress(text)` is told what is
+    being done while it starts (fetching the jars the first time takes a minute)."""
+    if kind not in LOCAL_BROKER_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(LOCAL_BROKER_KINDS)}, not {kind!r}")
+    if port and not port_free(port):
+        raise LocalBrokerError(
+            f"port {port} is in use on 127.0.0.1 (another broker?): choose another with --port, "
+            "or --port 0 for any free one")
+    say = progress or (lambda text: None)
+    fallback = None
+    if kind != "embedded":
+        from connectors.testing.apache_kafka import (
+            LATEST,
+            KafkaUnavailable,
+            apache_kafka,
+            cache_dir,
+            kafka_jars,
+        )
+
+        description = f"Apache Kafka {LATEST.version} (one KRaft node, from its Maven jars)"
+        try:
+            if shutil.which("java") is None:  # the jars may be cached: Java is needed anyway
+                raise KafkaUnavailable("Apache Kafka needs Java 17 on PATH (java not found)")
+            if not (cache_dir() / "apache-kafka" / LATEST.version / "complete").exists():
+                say(f"fetching Apache Kafka {LATEST.version}'s jars from Maven Central into "
+                    f"{cache_dir()} (once, about 80 MB)")
+            kafka_jars(LATEST)
+        except KafkaUnavailable as e:
+            if kind == "apache-kafka":
+                raise LocalBrokerError(f"Apache Kafka cannot run here: {e}") from None
+            fallback = str(e).splitlines()[0][:300]
+        else:
+            say(f"starting {description}")
+            with contextlib.ExitStack() as stack:
+                try:  # the start only: errors of the caller's block pass through untouched
+                    node = stack.enter_context(apache_kafka(LATEST, plaintext_port=port))
+                except KafkaUnavailable as e:
+                    raise LocalBrokerError(str(e)) from None
+                yield LocalBroker(Broker(node.bootstrap_servers, "apache-kafka", node=node),
+                                  description)
+            return
+    say("starting the embedded Kafka-compatible broker (Tansu)")
+    with contextlib.ExitStack() as stack:
+        try:
+            broker = stack.enter_context(tansu_broker(port))
+        except (FileNotFoundError, RuntimeError) as e:
+            raise LocalBrokerError(f"the embedded broker could not start: {e}") from None
+        yield LocalBroker(broker, "the embedded Kafka-compatible broker (Tansu 0.6.0)", fallback)

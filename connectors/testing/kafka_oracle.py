@@ -1,8 +1,10 @@
 """The oracle for Kafka output: reads raw record batches with Fetch (read_uncommitted) and
-applies the COMMIT/ABORT control markers itself, because the local broker's read_committed
-does not hide aborted records (docs/design.md#brokers). A transactional batch from producer P on
-a partition counts only if P's next control marker there is COMMIT; a non-transactional batch
-counts at once. Used by the tests and by `connectors demo`. Uses kafka-python's client, protocol
+applies the COMMIT/ABORT control markers itself, so it is right on every broker, including the
+embedded one, whose read_committed does not hide aborted records (docs/design.md#brokers). A
+transactional batch from producer P on a partition counts only if P's next control marker there
+is COMMIT; a non-transactional batch counts at once. Used by the tests, by `connectors demo`,
+and documented for users checking a `kafka-eos` sink's output on a broker without
+read_committed (docs/testing.md): `committed(bootstrap, topic)`. Uses kafka-python's client, protocol
 layer and record parser, not the product's commit code; only the translation of the `kafka.*`
 security options to kafka-python's settings is shared (so that it reads secured clusters too).
 """
