@@ -366,7 +366,8 @@ def _conduct(
             raise pipeline.failure(rc)
         if now - last_report >= 2.0:
             last_report = now
-            _report(now - started, producer, progress, kills, cfg, out)
+            _report(now - started, producer, progress, kills, cfg, out,
+                    running=stopping or os.path.exists(paths["ready"]))
         if kills < cfg.chaos:
             if kill_at is None and os.path.exists(paths["ready"]):
                 kill_at = now + rng.uniform(*KILL_DELAY_S)
@@ -426,10 +427,23 @@ def _print_inspection(checkpoints: str, out: TextIO) -> None:
 
 
 def _report(t: float, producer: EventProducer, progress: Progress, kills: int,
-            cfg: DemoConfig, out: TextIO) -> None:
-    sinks = "  ".join(
-        f"{s} {progress.rows[s]:,} rows/{progress.batches[s]} batches" for s in progress.rows
-    )
+            cfg: DemoConfig, out: TextIO, *, running: bool = True) -> None:
+    """One progress line. Until the pipeline says its queries run (`running`, its ready file)
+    the line says Spark is starting, and a sink with no batch yet is waiting for its first:
+    "0 rows/0 batches" for the half minute a first start takes on 2 cores read as a stall."""
+    if not running:
+        again = " again after the kill" if kills else ""
+        sinks = f"pipeline: starting Spark and its two queries{again}"
+        if any(progress.batches.values()):
+            sinks += "  (" + ", ".join(
+                f"{s} {progress.rows[s]:,} rows/{progress.batches[s]} batches so far"
+                for s in progress.rows) + ")"
+    else:
+        sinks = "  ".join(
+            f"{s} {progress.rows[s]:,} rows/{progress.batches[s]} batches"
+            if progress.batches[s] else f"{s} waiting for its first batch"
+            for s in progress.rows
+        )
     chaos = f"  kills {kills}/{cfg.chaos}" if cfg.chaos else ""
     print(f"  [{t:6.1f}s] produced {producer.produced:,}/{cfg.records:,}  {sinks}{chaos}",
           file=out, flush=True)
