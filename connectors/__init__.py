@@ -1,17 +1,26 @@
 """Exactly-once Kafka and Delta Lake connectors for Spark Structured Streaming.
 
-`register(spark)` registers every format with a session. After `pip install` the formats are
-also registered without it, through the `pyspark_*` shim modules PySpark discovers itself.
+After `pip install` the formats are registered without any call, through the `pyspark_*` shim
+modules PySpark's static lookup discovers. `register(spark)` registers whatever that lookup did
+not find (the package on `sys.path` but not installed, or a lookup run by another Python).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+import shutil
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __version__ = "0.1.0"
+
+
+class WorkerPythonMismatch(RuntimeError):
+    """Spark would start its Python workers with an interpreter that lacks this package."""
 
 
 def data_sources() -> list[type]:
@@ -22,6 +31,59 @@ def data_sources() -> list[type]:
 
 
 def register(spark: "SparkSession") -> None:
-    """Register `kafka-eos` and `delta-eos` with `spark`; safe to call more than once."""
-    for source in data_sources():
+    """Register the formats `spark` does not know yet; safe to call more than once.
+
+    A format PySpark's static lookup already found is left alone: registering it again
+    replaces it, which Spark logs as `WARN DataSourceManager: The data source kafka-eos replaced
+    a statically registered data source`, once per format and session (the demo's log had it
+    33 times). Before registering, checks that Spark's Python workers can import this package
+    (`WorkerPythonMismatch` says what to set if not), since a registered format runs there."""
+    manager = _data_source_manager(spark)
+    missing = [s for s in data_sources()
+               if manager is None or not manager.dataSourceExists(s.name())]
+    if not missing:
+        return
+    check_worker_python(spark)
+    for source in missing:
         spark.dataSource.register(source)
+
+
+def _data_source_manager(spark: "SparkSession") -> Any:
+    """The session's JVM DataSourceManager (static and registered formats), or None where it
+    cannot be reached (Spark Connect): then every format is registered, as before."""
+    try:
+        return spark._jsparkSession.sessionState().dataSourceManager()
+    except Exception:
+        return None
+
+
+def check_worker_python(spark: "SparkSession") -> None:
+    """Fail in one line when a local session's Python workers would run an interpreter that
+    cannot import this package.
+
+    Spark starts them with `SparkContext.pythonExec`: `PYSPARK_PYTHON` from the driver's
+    environment when the session started, else `python3` on PATH; the `spark.pyspark.python`
+    setting is read by spark-submit only. A virtual environment's Python started by its path
+    (not activated) is then not the workers' Python, and the format fails in a worker with
+    `ModuleNotFoundError: No module named 'connectors'`. The package's `.pth` hook sets
+    `PYSPARK_PYTHON` for that case (connectors/_pyspark_python.py); this catches the rest (the
+    hook skipped, a PYSPARK_PYTHON naming another interpreter). Only for local masters: a
+    cluster's workers run the Python of its nodes, which this machine cannot check."""
+    try:
+        context = spark.sparkContext
+        python, master = context.pythonExec, context.master
+    except Exception:  # Spark Connect: no SparkContext here
+        return
+    if not master.startswith("local"):
+        return
+    found = shutil.which(python)
+    if found is None or os.path.realpath(found) == os.path.realpath(sys.executable):
+        return
+    probe = subprocess.run([found, "-c", "import connectors, sources, sinks"],
+                           capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        raise WorkerPythonMismatch(
+            f"Spark starts its Python workers with {python!r} ({found}), which cannot import "
+            f"kafka-eos (installed for {sys.executable}): set PYSPARK_PYTHON={sys.executable} "
+            "in the environment before the SparkSession starts (the spark.pyspark.python "
+            "setting is read by spark-submit only)")
