@@ -39,7 +39,7 @@ def handle_kind(h: Handle) -> str:
         return "kafka-eos"
     if "gid" in h:
         return "postgres-eos"
-    if "adds" in h:
+    if "adds" in h or "staged" in h:  # append mode's data files; upsert mode's staged changes
         return "delta-eos"
     return "unknown"
 
@@ -62,6 +62,13 @@ def describe_handle(h: Handle, now_ms: int, open_txn: bool) -> dict[str, Any]:
                        timed_out=age_ms >= int(timeout))
     elif kind == "postgres-eos":
         out.update(gid=h["gid"], xid=h.get("xid"))
+    elif kind == "delta-eos" and "staged" in h:  # upsert mode: changes staged for one MERGE
+        staged = h.get("staged", [])
+        out.update(mode="upsert", files=[s.get("file") for s in staged],
+                   rows=sum(int(s.get("rows", 0)) for s in staged),
+                   deletes=sum(int(s.get("deletes", 0)) for s in staged),
+                   bytes=sum(int(s.get("size", 0)) for s in staged),
+                   merge_keys=(h.get("upsert") or {}).get("keys"))
     elif kind == "delta-eos":
         adds = h.get("adds", [])
         out.update(files=[a.get("file") for a in adds], rows=sum(int(a.get("rows", 0)) for a in adds),
@@ -285,6 +292,11 @@ def _handle_text(e: dict[str, Any]) -> str:
                          f"timeout ({_ago(e['timeout_left_s'], suffix='')} left)")
     elif kind == "postgres-eos":
         text = f"postgres prepared transaction {e['gid']} (xid {e['xid']})"
+    elif kind == "delta-eos" and e.get("mode") == "upsert":
+        files = e["files"]
+        text = (f"delta upsert: {e['rows']} change(s) ({e['deletes']} delete(s)) staged in "
+                f"{len(files)} file(s) for one MERGE on {','.join(e.get('merge_keys') or [])}: "
+                + ", ".join(files[:2]) + (" ..." if len(files) > 2 else ""))
     elif kind == "delta-eos":
         files = e["files"]
         text = (f"delta {len(files)} file(s), {e['rows']} rows: "

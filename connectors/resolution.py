@@ -154,7 +154,7 @@ def _delta_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions,
 
     from connectors.paths import normalise
     from sinks.delta import DeltaSink
-    from sinks.delta.options import DEFAULT_ORPHAN_RETENTION_MS, DeltaOptions
+    from sinks.delta.options import DEFAULT_ORPHAN_RETENTION_MS, DeltaOptions, UpsertOptions
 
     if not store.delta_table:
         raise ResolveError("the log holds delta-eos files: name the table with --table PATH "
@@ -170,12 +170,24 @@ def _delta_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions,
             f"no Delta table at {path}, and batch {plan.batch_id} is decided: resolve does not "
             "create tables (the query does, with its table properties); restart the query, or "
             "check --table")
+    # Upsert mode's handles carry what its MERGE needs (keys, sequence): the query's options
+    # are not recorded anywhere else (sinks/delta/upsert.py).
+    upsert_spec = next((h["upsert"] for h in handles if "upsert" in h), None)
+    upsert = (UpsertOptions(keys=tuple(upsert_spec["keys"]), sequence=upsert_spec["sequence"])
+              if upsert_spec else None)
     options = DeltaOptions(
         path=path, partition_by=tuple(table.metadata().partition_columns) if table else (),
         merge_schema=False, app_id=app_id, app_id_explicit=bool(store.app_id),
         orphan_retention_ms=DEFAULT_ORPHAN_RETENTION_MS, storage_options=dict(store.storage_options),
+        upsert=upsert,
     )
     schema = pa.schema(table.schema().to_arrow()) if table else pa.schema([])
+    if upsert is not None:
+        from sinks.delta.upsert import DeltaUpsertSink
+
+        if table is None:  # nothing to merge into: only aborts reach the store (see above)
+            schema = pa.schema([pa.field(c, pa.int64()) for c in (*upsert.keys, upsert.sequence)])
+        return DeltaUpsertSink(_settings(cp, "delta-eos", store), options, schema)
     sink = DeltaSink(_settings(cp, "delta-eos", store), options, schema)
     if table is not None and plan.commit:
         _check_delta_app_id(sink, table, plan)

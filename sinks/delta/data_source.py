@@ -12,7 +12,13 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from pyspark.sql.types import StructType
 
 from connectors.options import OptionError, Options
-from sinks.delta.options import BATCH_OPTIONS, OPTION_PREFIXES, OPTIONS, DeltaOptions
+from sinks.delta.options import (
+    BATCH_OPTIONS,
+    OPTION_PREFIXES,
+    OPTIONS,
+    UPSERT_OPTIONS,
+    DeltaOptions,
+)
 from sinks.two_phase_commit import SinkSettings, reject_unknown_options
 
 if TYPE_CHECKING:
@@ -64,6 +70,10 @@ class DeltaEosDataSource(DataSource):
                 "data sources)",
             )
         opts = Options(self._raw)
+        upsert = [o for o in UPSERT_OPTIONS if opts.get(o) is not None]
+        if upsert:
+            raise OptionError(upsert[0], "upsert mode (mergeKeys) is for streaming queries "
+                                         "(writeStream); a delta-eos batch write appends")
         reject_unknown_options(opts, BATCH_OPTIONS, prefixes=OPTION_PREFIXES,
                                format_name=FORMAT_NAME, batch=True)
         settings = SinkSettings.for_batch_job(FORMAT_NAME, opts)
@@ -73,7 +83,12 @@ class DeltaEosDataSource(DataSource):
 
 
 def _sink(settings: SinkSettings, options: DeltaOptions, schema: pa.Schema) -> DeltaSink:
-    """The sink for these options (imported here: see the module's docstring)."""
+    """The sink for these options: upsert mode with mergeKeys, else append (imported here:
+    see the module's docstring)."""
+    if options.upsert is not None:
+        from sinks.delta.upsert import DeltaUpsertSink
+
+        return DeltaUpsertSink(settings, options, schema)
     from sinks.delta.sink import DeltaSink
 
     return DeltaSink(settings, options, schema)

@@ -1,5 +1,10 @@
 """`delta-eos` options: parsed and checked once, at query start.
 
+`mergeKeys` turns the sink from appending into upserting (sinks/delta/upsert.py): the options
+of that mode (UPSERT_OPTIONS) are parsed into `UpsertOptions`, and the ones that make no sense
+without it, or with it, are refused here, naming the option. What needs the stream's schema
+(the key and sequence columns exist and have usable types) is checked when the sink is built.
+
 Two families are kept apart by their prefix: `storage.<KEY>` are storage options (credentials,
 endpoints) handed to delta-rs and to the sink's own Parquet writes alike; `delta.<property>`
 are Delta table properties, set when the sink creates the table, named as delta-spark names
@@ -17,10 +22,13 @@ from connectors.storage import check_delta_storage
 from sinks.checkpoint import writer_identity
 from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
 
+#: Upsert (change data) mode: `mergeKeys` turns it on; the others need it.
+UPSERT_OPTIONS = ("mergeKeys", "sequenceBy", "applyAsDeletes", "exceptColumns",
+                  "tombstoneRetention")
 #: The sink's own options (besides the template's, `storage.*` and `delta.*`).
 OPTIONS = (
     "path", "partitionBy", "mergeSchema", "appId", "orphanFileRetention", "userMetadata",
-    "maxRecordsPerFile", "maxBytesPerFile", "compactEvery", "allowNewTable",
+    "maxRecordsPerFile", "maxBytesPerFile", "compactEvery", "allowNewTable", *UPSERT_OPTIONS,
 )
 OPTION_PREFIXES = ("storage.", "delta.")
 #: A batch write's: appId names a streaming writer's batches, the orphan sweep and compaction
@@ -30,6 +38,70 @@ BATCH_OPTIONS = ("path", "partitionBy", "mergeSchema", "userMetadata", "maxRecor
 
 #: Orphan files younger than this are left alone: a task may still be writing them.
 DEFAULT_ORPHAN_RETENTION_MS = 3_600_000
+#: How long a deleted key's tombstone keeps older changes of it out (tombstoneRetention).
+DEFAULT_TOMBSTONE_RETENTION_MS = 86_400_000
+#: Append-mode options that have no meaning for a MERGE, which delta-rs writes itself.
+APPEND_ONLY_OPTIONS = ("maxRecordsPerFile", "maxBytesPerFile")
+
+
+@dataclass(frozen=True)
+class UpsertOptions:
+    """Upsert mode: apply each batch's changes to the rows of their keys with one MERGE.
+
+    `keys`: the columns that identify a row (mergeKeys); `sequence`: the column that orders the
+    changes of one key (sequenceBy; the table keeps it, so a late change can be compared with
+    the row it would replace); `deletes`: the applyAsDeletes predicate as written (None: no
+    change is a delete); `except_columns`: input columns not written to the table."""
+
+    keys: tuple[str, ...]
+    sequence: str
+    deletes: str | None = None
+    except_columns: tuple[str, ...] = ()
+    tombstone_retention_ms: int = DEFAULT_TOMBSTONE_RETENTION_MS
+
+    @classmethod
+    def parse(cls, opts: Options, settings: SinkSettings) -> "UpsertOptions | None":
+        """None without mergeKeys (append mode), where the other upsert options are refused."""
+        keys = _column_list(opts.get("mergeKeys"))
+        if not keys:
+            if opts.get("mergeKeys") is not None:
+                raise OptionError("mergeKeys", "is empty: give the key columns, comma-separated "
+                                               '(e.g. "id" or "tenant,id"), or leave it unset to append')
+            given = [o for o in UPSERT_OPTIONS[1:] if opts.get(o) is not None]
+            if given:
+                raise OptionError(given[0], "belongs to upsert mode, which mergeKeys turns on; "
+                                            "set mergeKeys, or leave this option out to append")
+            return None
+        sequence = (opts.get("sequenceBy") or "").strip()
+        if not sequence:
+            raise OptionError("sequenceBy", "is required with mergeKeys: the column (a number or a "
+                                            "timestamp) that orders the changes of one key, so "
+                                            "that a late change never overwrites a newer one")
+        if settings.guarantee != EXACTLY_ONCE or settings.batch_job:
+            raise OptionError("deliveryGuarantee", "upsert mode (mergeKeys) runs exactly-once "
+                                                   f"only; {settings.guarantee!r} is refused")
+        for name in APPEND_ONLY_OPTIONS:
+            if opts.get(name) is not None:
+                raise OptionError(name, "applies to appends only: in upsert mode (mergeKeys) "
+                                        "delta-rs's MERGE writes the files (their size follows "
+                                        "the table's delta.targetFileSize)")
+        deletes = opts.get("applyAsDeletes")
+        if deletes is not None:
+            from sinks.delta.delete_predicate import parse
+
+            parse(deletes)  # a predicate that does not parse fails now, naming the option
+        return cls(
+            keys=keys,
+            sequence=sequence,
+            deletes=deletes,
+            except_columns=_column_list(opts.get("exceptColumns")),
+            tombstone_retention_ms=opts.get_duration_ms("tombstoneRetention",
+                                                        DEFAULT_TOMBSTONE_RETENTION_MS),
+        )
+
+
+def _column_list(value: str | None) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c.strip() for c in (value or "").split(",") if c.strip()))
 
 #: Table properties the sink sets at creation, honoured by what it writes or by delta-rs.
 TABLE_PROPERTIES = (
@@ -82,6 +154,8 @@ class DeltaOptions:
     compact_every: int = 0  # 0: never
     #: Start a new table where the checkpoint's table was deleted or replaced (target_identity)
     allow_new_table: bool = False
+    #: Upsert mode (mergeKeys); None: append mode
+    upsert: UpsertOptions | None = None
 
     @property
     def file_tag(self) -> str:
@@ -104,6 +178,11 @@ class DeltaOptions:
             app_id = f"delta-eos-batch-{settings.job_id}"  # names the job's files only
         elif not app_id:
             app_id = "delta-eos-" + _default_identity(settings, path)
+        upsert = UpsertOptions.parse(opts, settings)
+        properties = table_properties(opts)
+        if upsert is not None and properties.get("delta.appendOnly", "").lower() == "true":
+            raise OptionError("mergeKeys", "upsert mode updates and deletes rows, and the option "
+                                           "delta.appendOnly=true would make the table refuse that")
         return cls(
             path=path,
             partition_by=partition_by,
@@ -112,12 +191,13 @@ class DeltaOptions:
             app_id_explicit=explicit,
             orphan_retention_ms=opts.get_duration_ms("orphanFileRetention", DEFAULT_ORPHAN_RETENTION_MS),
             storage_options=storage_options,
-            table_properties=table_properties(opts),
+            table_properties=properties,
             user_metadata=opts.get("userMetadata"),
             max_records_per_file=opts.get_int("maxRecordsPerFile", 0, minimum=0) or 0,
             max_bytes_per_file=opts.get_size_bytes("maxBytesPerFile", 0),
             compact_every=opts.get_int("compactEvery", 0, minimum=0) or 0,
             allow_new_table=opts.get_bool("allowNewTable", False),
+            upsert=upsert,
         )
 
 
