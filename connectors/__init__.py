@@ -77,13 +77,18 @@ def check_worker_python(spark: "SparkSession") -> None:
     if not master.startswith("local"):
         return
     found = shutil.which(python)
-    if found is None or os.path.realpath(found) == os.path.realpath(sys.executable):
+    fix = (f"set PYSPARK_PYTHON={sys.executable} in the environment before the SparkSession "
+           "starts (the spark.pyspark.python setting is read by spark-submit only)")
+    if found is None:
+        raise WorkerPythonMismatch(
+            f"Spark starts its Python workers with {python!r}, not found on PATH: {fix}")
+    if os.path.realpath(found) == os.path.realpath(sys.executable):
         return
-    probe = subprocess.run([found, "-c", "import connectors, sources, sinks"],
-                           capture_output=True, timeout=60)
+    # What a worker imports to run the formats, from the driver's working directory (a local
+    # worker's too, and first on its sys.path)
+    probe = subprocess.run([found, "-c", "import connectors, sources, sinks, pyarrow, "
+                            "confluent_kafka"], capture_output=True, timeout=60)
     if probe.returncode != 0:
         raise WorkerPythonMismatch(
             f"Spark starts its Python workers with {python!r} ({found}), which cannot import "
-            f"kafka-eos (installed for {sys.executable}): set PYSPARK_PYTHON={sys.executable} "
-            "in the environment before the SparkSession starts (the spark.pyspark.python "
-            "setting is read by spark-submit only)")
+            f"kafka-eos (installed for {sys.executable}): {fix}")

@@ -36,3 +36,7 @@ def test_zero_config_registration_in_a_fresh_session(bootstrap, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"ROWS={len(expected)}" in result.stdout
+    # register() after the static lookup: every format known, none replaced (no WARN per format)
+    assert "REGISTERED=kafka-eos,delta-eos,postgres-eos" in result.stdout
+    assert "replaced a statically registered data source" not in result.stderr, \
+        result.stderr[-3000:]

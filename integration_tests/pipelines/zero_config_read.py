@@ -16,4 +16,12 @@ n = (
     .count()
 )
 print(f"ROWS={n}")
+# What local_spark() and users' code do next: register() leaves the formats the static lookup
+# found alone (registering them again logs "replaced a statically registered data source").
+import connectors  # noqa: E402
+
+connectors.register(spark)
+print("REGISTERED=" + ",".join(
+    name for name in ("kafka-eos", "delta-eos", "postgres-eos")
+    if spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name)))
 spark.stop()
