@@ -617,13 +617,17 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         routed = {"partition", "headers"} if default_topic else {"topic", "partition", "headers"}
         if not routed & set(names):
             # The common case: positional arguments, no dict per record.
-            for i, (value, key) in enumerate(zip(values, keys)):
-                try:
-                    produce(default_topic, value, key)
-                except BufferError:
-                    _produce_when_room(producer, default_topic, value=value, key=key)
-                except KafkaException as e:
-                    raise self._too_large(e, txn, batch, i, default_topic, value, key) from None
+            try:  # outside the loop: nothing added per record on the hot path
+                for value, key in zip(values, keys):
+                    try:
+                        produce(default_topic, value, key)
+                    except BufferError:
+                        _produce_when_room(producer, default_topic, value=value, key=key)
+            except KafkaException as e:
+                # `value` is the refused record's; the first equal one is its row (an equal
+                # one before it would have been refused first)
+                raise self._too_large(e, txn, batch, values.index(value), default_topic,
+                                      value, key) from None
             _fatal_from(txn, producer.poll, 0)
             self._raise_fatal(txn)
             return
@@ -631,7 +635,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                   else [None] * n)
         parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
         headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
-        for i, (value, key, topic, part, hdrs) in enumerate(
+        for row, (value, key, topic, part, hdrs) in enumerate(
                 zip(values, keys, topics, parts, headers)):
             topic = topic or default_topic
             if topic is None:  # Spark's Kafka sink fails the same way
@@ -648,7 +652,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             except BufferError:
                 _produce_when_room(producer, topic, **kwargs)
             except KafkaException as e:
-                raise self._too_large(e, txn, batch, i, topic, value, key, hdrs) from None
+                raise self._too_large(e, txn, batch, row, topic, value, key, hdrs) from None
         _fatal_from(txn, producer.poll, 0)
         self._raise_fatal(txn)
 
