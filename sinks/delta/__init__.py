@@ -7,6 +7,11 @@
     protocol_checks.py  which tables the sink may write to (table features), NOT NULL columns
     file_stats.py       add-action statistics read from the Parquet footers tasks wrote
     referenced_files.py which files a table's readable versions still reference (orphan sweep)
+    upsert.py           DeltaUpsertSink: upsert mode (mergeKeys): tasks stage changes as Parquet,
+                        the driver applies each batch as one MERGE with the batch's txn action
+    fold.py             the fold of a batch of changes: per key the winner; tombstones applied
+    tombstones.py       deleted keys' (key, sequence), kept for tombstoneRetention
+    delete_predicate.py applyAsDeletes: a small SQL predicate, parsed at start, run with pyarrow
 
 `from sinks.delta import DeltaEosDataSource` (and DeltaSink, DeltaOptions, FORMAT_NAME) keeps
 working: the names are resolved on first use, so registering the format (every Spark Python
