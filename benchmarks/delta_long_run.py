@@ -12,8 +12,8 @@ Drives N micro-batches into one table and reports, for each configuration:
   read it whole (`to_pyarrow_table()`), `transaction_version(appId)`, what the orphan sweep
   reads to know the referenced files, and the number of data files (in the snapshot, and on
   disk), of files in `_delta_log` and of batches in the sink's own transaction log;
-* the raw client in the same run (DESIGN.md section 9): deltalake's own `write_deltalake`
-  append of the same rows per batch (and `optimize.compact()` every N batches, and the same
+* the raw client in the same run (docs/design.md#performance-method): deltalake's own
+  `write_deltalake` append of the same rows per batch (and `optimize.compact()` every N batches, and the same
   table properties, where the sink's configuration has them), first 10 against last 10: the
   two growth ratios side by side show whether the sink adds growth of its own;
 * the same comparisons at the same time: the last 10 batches alternate with the first 10 of a
@@ -37,10 +37,10 @@ path as Spark's (`DeltaEosDataSource(options).streamWriter(schema, False)` per b
 Spark pickles it for the tasks, which runs open() and recovery; `write()` per task under a
 stand-in TaskContext; `commit(messages, batchId)` on the driver; Spark's `commits/<batchId>`
 file written after it, as Spark does). A Spark query costs a few hundred ms of scheduling per
-micro-batch on 2 cores (DESIGN.md section 10: rate -> delta-eos 272 ms per 1 s trigger; on a
-loaded machine here, 1 to 3 s), so 1,000 batches in each configuration would take 5 to 50
-minutes each, while what grows with the table is the sink's driver work, which runs here
-unchanged.
+micro-batch on 2 cores (docs/design.md#production-conditions: rate -> delta-eos 272 ms per 1 s
+trigger; on a loaded machine here, 1 to 3 s), so 1,000 batches in each configuration would take
+5 to 50 minutes each, while what grows with the table is the sink's driver work, which runs
+here unchanged.
 """
 
 from __future__ import annotations
