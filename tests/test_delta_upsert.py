@@ -202,6 +202,29 @@ def test_a_commit_retried_after_it_landed_is_not_applied_again(tmp_path, task, m
     assert q.staged_files() == []
 
 
+def test_staged_files_of_a_batch_the_table_holds_go_at_the_next_start(tmp_path, task,
+                                                                     monkeypatch):
+    """Killed after its MERGE, before deleting its staged files: recovery finds the batch in
+    the table (nothing to commit), and the files go at the next start however young (the
+    default orphanFileRetention of an hour is for files whose batch may still be committed)."""
+    from sinks.delta import upsert
+
+    q = Query(tmp_path, task, orphanFileRetention="1h")
+    q.run_batch(0, [[(1, 1, "c", "a")]])
+    with monkeypatch.context() as m:  # the kill comes between the MERGE and the deletion
+        m.setattr(upsert.DeltaUpsertSink, "abort", lambda self, handles: None)
+        q.run_batch(1, [[(1, 2, "u", "b")]], stop_at="after_store_commit")
+    assert len(q.staged_files()) == 1
+    upsert._LAST_STAGING_SWEEP.clear()  # a new driver process
+    q.run_batch(2, [[(1, 3, "u", "c")]], stop_at="after_precommit")  # young, undecided
+    staged = q.staged_files()
+    assert len(staged) == 1 and "/b2-" in staged[0], staged
+    upsert._LAST_STAGING_SWEEP.clear()
+    q.run_batch(2, [[(1, 3, "u", "c")]])  # recovery aborts batch 2's undecided files
+    assert q.staged_files() == []
+    assert q.rows() == {1: (3, "c")} and q.txn_commits() == {0: 1, 1: 1, 2: 1}
+
+
 def test_superseded_and_failed_attempts_leave_no_staged_files(tmp_path, task):
     q = Query(tmp_path, task)
     writer = q.writer()

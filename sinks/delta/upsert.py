@@ -89,8 +89,8 @@ class UpsertTxn:
 
 def written_schema(schema: pa.Schema, upsert: UpsertOptions) -> pa.Schema:
     """The table's columns: the stream's, but exceptColumns."""
-    dropped = {c.lower() for c in upsert.except_columns}
-    return pa.schema([f for f in schema if f.name.lower() not in dropped])
+    dropped = set(upsert.except_columns)
+    return pa.schema([f for f in schema if f.name not in dropped])
 
 
 def check_upsert_schema(schema: pa.Schema, upsert: UpsertOptions,
@@ -383,9 +383,11 @@ class DeltaUpsertSink(DeltaSink):
 
     def cleanupAbandoned(self) -> None:
         """Staged files that no batch will commit: written by tasks killed before their handle
-        was logged, or by attempts that lost to another. Recovery has committed or aborted
-        every logged batch before this runs, so whatever of this writer is still staged and
-        older than orphanFileRetention is garbage. At most once per half retention."""
+        was logged, by attempts that lost to another, or left by a crash after their batch's
+        MERGE. Recovery has committed or aborted every logged batch before this runs, so a
+        staged file of a batch the table already holds (its name says which) goes now, and
+        any other of this writer once older than orphanFileRetention. At most once per half
+        retention per process (the first batch after a start always sweeps)."""
         now_ms = time.time() * 1000
         key = (self.options.path, self.options.app_id, "staging")
         last = _LAST_STAGING_SWEEP.get(key)
@@ -395,13 +397,24 @@ class DeltaUpsertSink(DeltaSink):
         _LAST_STAGING_SWEEP[key] = now_ms
         fs, root = self._fs()
         selector = pafs.FileSelector(f"{root}/{self._staging_dir()}", allow_not_found=True)
-        for info in fs.get_file_info(selector):
-            if info.type != pafs.FileType.File:
-                continue
+        files = [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
+        if not files:
+            return
+        table = self._table()
+        version = None if table is None else table.transaction_version(self.options.app_id)
+        for info in files:
             age = now_ms - (info.mtime_ns / 1e6 if info.mtime_ns is not None else now_ms)
-            if age >= retention:
+            batch = _staged_batch(info.base_name)
+            committed = version is not None and batch is not None and batch <= version
+            if committed or age >= retention:
                 log.info("%s: removing abandoned staged file %s", self.describe(), info.path)
                 _delete(fs, info.path)
+
+
+def _staged_batch(name: str) -> int | None:
+    """The batch a staged file belongs to, from its name (b<batch>-p<partition>-a<attempt>-...)."""
+    head = name.split("-", 1)[0]
+    return int(head[1:]) if head.startswith("b") and head[1:].isdigit() else None
 
 
 def _delete(fs: pafs.FileSystem, path: str) -> None:
