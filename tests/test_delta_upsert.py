@@ -341,6 +341,11 @@ def test_inspect_reads_an_upsert_handle(tmp_path, task):
     assert shown["rows"] == 2 and shown["deletes"] == 1 and shown["mode"] == "upsert"
     assert shown["files"] == [s["file"] for s in handle["staged"]]
     assert all(os.path.exists(os.path.join(q.table, f)) for f in shown["files"])
+    from connectors.inspection import inspect_checkpoint, render_text
+
+    text = render_text(inspect_checkpoint(q.checkpoint))
+    assert ("undecided delta upsert: 2 change(s) (1 delete(s)) staged in 1 file(s) for one "
+            "MERGE on id") in text, text
 
 
 @pytest.mark.parametrize("point", ["after_precommit", "after_decision"])
