@@ -141,7 +141,14 @@ def test_changes_fold_per_key_within_and_across_batches(tmp_path, task):
     assert q.staged_files() == [], "committed batches' staged files are deleted"
 
 
-def test_a_random_change_stream_with_late_changes_matches_the_fold(tmp_path, task):
+@pytest.mark.parametrize("fold_every", [262_144, 7])
+def test_a_random_change_stream_with_late_changes_matches_the_fold(tmp_path, task, monkeypatch,
+                                                                  fold_every):
+    """fold_every=7: the driver folds the staged changes in many small steps (as it does a
+    large batch's, to hold one row per key): the result must not depend on it."""
+    from sinks.delta import upsert
+
+    monkeypatch.setattr(upsert, "FOLD_EVERY_ROWS", fold_every)
     rng = random.Random(23)
     q = Query(tmp_path, task)
     seen: list[Change] = []

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafka_eos.sink.delta")
 
 STAGING_DIRECTORY = "_eos_staging"
+#: The driver folds a batch's staged changes each time this many have been read (memory: the
+#: batch's keys plus this many changes).
+FOLD_EVERY_ROWS = 262_144
 #: A sequenceBy column must order its values: numbers, timestamps, dates.
 _SEQUENCE_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
                    pa.types.is_timestamp, pa.types.is_date)
@@ -279,8 +282,7 @@ class DeltaUpsertSink(DeltaSink):
             self.abort(list(handles.values()))  # a retry or a recovery: only the clean-up left
             return
         keys, sequence = self.upsert.keys, self.upsert.sequence
-        changes = self._read_staged(handles)
-        winners = latest_per_key(changes, keys, sequence)
+        changes, winners = self._fold_staged(handles)
         metadata = self._commit_metadata(batchId)
         tombstones = self.tombstones()
         deletes = tombstones_of(winners, keys, sequence)
@@ -289,7 +291,7 @@ class DeltaUpsertSink(DeltaSink):
         started = time.perf_counter()
         metrics = self._merge(batchId, applied, metadata)
         log.info("%s: batch %d: %d change(s), %d key(s), %d tombstone(s), %d applied: %s "
-                 "(%.0f ms)", self.describe(), batchId, changes.num_rows, winners.num_rows,
+                 "(%.0f ms)", self.describe(), batchId, changes, winners.num_rows,
                  deletes.num_rows, applied.num_rows, metrics,
                  (time.perf_counter() - started) * 1000)
         self.abort(list(handles.values()))
@@ -299,12 +301,31 @@ class DeltaUpsertSink(DeltaSink):
                 **({"userMetadata": self.options.user_metadata}
                    if self.options.user_metadata is not None else {})}
 
-    def _read_staged(self, handles: dict[int, Handle]) -> pa.Table:
+    def _fold_staged(self, handles: dict[int, Handle]) -> tuple[int, pa.Table]:
+        """(changes read, winners): the staged files are read a row group at a time and
+        folded whenever FOLD_EVERY_ROWS have gathered, so the driver holds about one row per
+        key of the batch, not every change of it."""
         fs, root = self._fs()
-        parts = [pq.read_table(f"{root}/{s['file']}", filesystem=fs)
-                 for p in sorted(handles) for s in handles[p].get("staged", [])]
-        parts = [t.select(self.staged_schema.names).cast(self.staged_schema) for t in parts]
-        return pa.concat_tables(parts) if parts else self.staged_schema.empty_table()
+        keys, sequence = self.upsert.keys, self.upsert.sequence
+        winners = self.staged_schema.empty_table()
+        pending: list[pa.Table] = []
+        gathered = changes = 0
+        for p in sorted(handles):
+            for s in handles[p].get("staged", []):
+                staged = pq.ParquetFile(f"{root}/{s['file']}", filesystem=fs)
+                for group in range(staged.num_row_groups):
+                    part = staged.read_row_group(group)
+                    part = part.select(self.staged_schema.names).cast(self.staged_schema)
+                    pending.append(part)
+                    gathered += part.num_rows
+                    changes += part.num_rows
+                    if gathered >= FOLD_EVERY_ROWS:
+                        winners = latest_per_key(pa.concat_tables([winners, *pending]), keys,
+                                                 sequence)
+                        pending, gathered = [], 0
+        if pending:
+            winners = latest_per_key(pa.concat_tables([winners, *pending]), keys, sequence)
+        return changes, winners
 
     def _merge(self, batch_id: int, applied: pa.Table, metadata: dict[str, str]) -> dict[str, Any]:
         """One MERGE of the batch's winning changes, carrying the batch's txn action. A MERGE
