@@ -290,6 +290,17 @@ def test_tombstones_expire_after_their_retention_and_then_no_longer_hold_back(tm
     assert q.rows() == {2: (3, "late, after retention")}
 
 
+def test_without_apply_as_deletes_every_change_is_an_upsert_and_every_column_written(tmp_path,
+                                                                                     task):
+    q = Query(tmp_path, task)
+    del q.options["applyasdeletes"], q.options["exceptcolumns"]
+    q.run_batch(0, [[(1, 1, "c", "a"), (2, 1, "c", "b")]])
+    q.run_batch(1, [[(1, 2, "d", None), (2, 0, "u", "late")]])
+    rows = {r["id"]: r for r in DeltaTable(q.table).to_pyarrow_table().to_pylist()}
+    assert rows == {1: {"id": 1, "seq": 2, "op": "d", "v": None},
+                    2: {"id": 2, "seq": 1, "op": "c", "v": "b"}}
+
+
 def test_new_columns_need_merge_schema_and_then_reach_the_table(tmp_path, task):
     q = Query(tmp_path, task)
     q.run_batch(0, [[(1, 1, "c", "a"), (2, 1, "c", "b")]])

@@ -224,7 +224,7 @@ class DeltaUpsertSink(DeltaSink):
             protocol_checks.check_not_null(batch, self.not_null, info.batch_id, info.partition_id)
         predicate = self._predicate()
         if predicate is None:
-            deletes: Any = pa.array([False] * batch.num_rows, pa.bool_())
+            deletes: Any = pa.repeat(pa.scalar(False), batch.num_rows)
         else:
             deletes = predicate.mask(batch)
         columns = [batch.column(f.name).cast(f.type) for f in self.schema]
