@@ -27,6 +27,7 @@ def _loaded_after(statement: str) -> list[str]:
     "import pyspark_delta_eos",
     "from sinks.delta import DeltaEosDataSource",
     "import sinks.delta.sink",
+    "import sinks.delta.upsert",  # what an upsert task unpickles
 ])
 def test_registering_or_unpickling_the_delta_sink_loads_no_heavy_module(statement):
     assert _loaded_after(statement) == [], f"`{statement}` imported {_loaded_after(statement)}"
