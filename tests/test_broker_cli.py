@@ -103,3 +103,23 @@ def test_sigterm_stops_it_cleanly(tmp_path: Path):
     with pytest.raises(Exception):
         AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0,
                      "socket.connection.setup.timeout.ms": 1000}).list_topics(timeout=3)
+
+
+def test_the_command_exits_when_its_broker_dies(tmp_path: Path):
+    proc, _ = _start(tmp_path, "--broker", "embedded", "--port", "0")
+    tansu = [pid for pid in os.listdir("/proc") if pid.isdigit() and _is_child_tansu(pid, proc.pid)]
+    assert len(tansu) == 1
+    os.kill(int(tansu[0]), signal.SIGKILL)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == EXIT_CANNOT_RUN
+    assert "kafka-eos broker: error: the broker exited on its own" in err
+
+
+def _is_child_tansu(pid: str, parent: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return int(fields[1]) == parent and b"tansu" in f.read()
+    except OSError:
+        return False

@@ -588,9 +588,10 @@ class LocalBroker:
         if node is not None:
             return node.process is not None and node.process.poll() is None
         if self.broker.pid is not None:
-            try:
-                os.kill(self.broker.pid, 0)
-            except ProcessLookupError:
+            try:  # a child that exited stays a zombie until reaped: read its state
+                with open(f"/proc/{self.broker.pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            except OSError:
                 return False
         return True
 
