@@ -73,12 +73,16 @@ def run_kill_sequence(
     module: str, *args: str, log_path: str, points: list[str], first_batch: int = 1,
     env: dict[str, str] | None = None, after_each_kill: Callable[[str, int], None] | None = None,
     no_daemon_runs: Collection[int] = (),
+    last_run_env: dict[str, str] | None = None,
 ) -> None:
     """A crash matrix as one sequence on one checkpoint: run k is killed (SIGKILL of its
     whole process group, from inside, by sinks/faults.py) at `points[k]` of batch
     `first_batch + k`, and run k+1 starts by recovering it; a last run (number
     `len(points)`) goes to the end. One Spark start per row instead of two; the runs in
-    `no_daemon_runs` start their Python workers without Spark's daemon (`workers_args`)."""
+    `no_daemon_runs` start their Python workers without Spark's daemon (`workers_args`).
+    `last_run_env` is added to the last run's environment: a fault that does not kill (a
+    task failure Spark retries) rides on the run that goes to the end, instead of a Spark
+    start of its own."""
     from sinks.faults import ENV
 
     for run, point in enumerate(points):
@@ -90,4 +94,4 @@ def run_kill_sequence(
         if after_each_kill is not None:
             after_each_kill(point, batch)
     run_pipeline(module, *args, *workers_args(len(points), no_daemon_runs), log_path=log_path,
-                 env=env)
+                 env={**(env or {}), **(last_run_env or {})})

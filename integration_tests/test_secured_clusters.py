@@ -24,7 +24,7 @@ from connectors.testing.kafka_oracle import committed, read_partition
 from connectors.testing.secured import SecuredBroker
 from integration_tests.delta_oracle import assert_exactly_once
 from integration_tests.kafka_data import create_topic, produce, unique_topic
-from integration_tests.processes import log_tail, run_kill_sequence
+from integration_tests.processes import log_tail, run_kill_sequence, run_pipeline
 from integration_tests.secured import secured_cluster
 
 PIPELINE = "integration_tests.pipelines.eos_pipeline"
@@ -81,11 +81,11 @@ def _kafka_to_kafka(b: SecuredBroker, tmp_path, name: str, points: list[str]) ->
 
 
 def test_kafka_to_kafka_exactly_once_over_sasl_ssl_scram(sasl_ssl, tmp_path):
-    """Killed after the tasks prepared, after the decision and between two partitions' commits:
-    each restart's recovery commits through the secured listener (FindCoordinator + EndTxn by
-    kafka-python over TLS with SCRAM)."""
-    _kafka_to_kafka(sasl_ssl, tmp_path, "scram",
-                    ["after_precommit", "after_decision", "after_some_commits"])
+    """Killed after the tasks prepared and between two partitions' commits: each restart's
+    recovery fences (InitProducerId) or commits (FindCoordinator + EndTxn) through the secured
+    listener, by kafka-python over TLS with SCRAM. (after_decision, a commit of every
+    partition, is the mutual-TLS test's point.)"""
+    _kafka_to_kafka(sasl_ssl, tmp_path, "scram", ["after_precommit", "after_some_commits"])
 
 
 def test_kafka_to_kafka_exactly_once_over_mutual_tls(mtls, tmp_path):
@@ -93,11 +93,13 @@ def test_kafka_to_kafka_exactly_once_over_mutual_tls(mtls, tmp_path):
 
 
 def test_kafka_to_delta_reading_over_sasl_ssl(sasl_ssl, tmp_path):
+    """The source's consumers over SASL_SSL feeding a sink that speaks no Kafka. One run: the
+    kills of the recovery over a secured listener are the Kafka-to-Kafka tests'."""
     topic, expected, paths, env = _input(sasl_ssl, tmp_path, "sasl-delta")
     table = str(tmp_path / "table")
     args = ["--bootstrap", sasl_ssl.bootstrap_servers, "--topic", topic,
             "--checkpoint", paths["checkpoint"], "--table", table, "--max-per-trigger", "30"]
-    run_kill_sequence(PIPELINE, *args, log_path=paths["log"], points=["after_decision"], env=env)
+    run_pipeline(PIPELINE, *args, log_path=paths["log"], env=env)
     assert_exactly_once(table, expected)
     _no_secret_in(log_tail(paths["log"], 10**8), sasl_ssl)
     assert os.path.isdir(os.path.join(table, "_delta_log"))
