@@ -275,7 +275,7 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
     work = tempfile.mkdtemp(prefix="latency-")
     try:
         with kafka_broker() as broker:
-            spark = local_spark("kafka-eos-benchmarks", quick_start=False)
+            spark = local_spark("kafka-eos-benchmarks", quick_start=args.quick)  # C2 unless --quick
             try:
                 section = {
                     "command": "python -m benchmarks " + " ".join(
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         with kafka_broker() as broker:
             bs = broker.bootstrap_servers
             results["broker"] = broker.kind
-            spark = local_spark("kafka-eos-benchmarks", quick_start=False)
+            spark = local_spark("kafka-eos-benchmarks", quick_start=args.quick)  # C2 unless --quick
             noop_sink.register(spark)
             try:
                 for size in sizes:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import logging
 import os
 import secrets
@@ -28,7 +29,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -159,8 +159,18 @@ def kafka_jars(generation: Generation = LATEST) -> Path:
         return lib
     if shutil.which("java") is None:
         raise KafkaUnavailable("Apache Kafka needs Java 17 on PATH (java not found)")
-    coordinates = [f"org.apache.kafka:kafka_2.13:{generation.version}", *generation.logging]
     lib.parent.mkdir(parents=True, exist_ok=True)
+    # One fetch at a time per version: parallel test workers (pytest -n) on a fresh machine
+    # all want the jars at once; the first fetches them, the others find them complete.
+    with open(lib.parent / ".fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return lib
+        return _fetch_jars(generation, lib, done)
+
+
+def _fetch_jars(generation: Generation, lib: Path, done: Path) -> Path:
+    coordinates = [f"org.apache.kafka:kafka_2.13:{generation.version}", *generation.logging]
     work = Path(tempfile.mkdtemp(prefix="resolve-", dir=lib.parent))
     staging = work / "lib"
     try:
