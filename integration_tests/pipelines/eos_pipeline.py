@@ -4,7 +4,12 @@ checkpoint.
 
     python -m integration_tests.pipelines.eos_pipeline --bootstrap B --topic T --checkpoint C \\
         (--table PATH | --out-topic TOPIC | --pg-table NAME) [--mode drain|continuous] \\
-        [--master local[2,4]] [--guarantee G] [--sink-option KEY=VALUE ...] [--no-daemon]
+        [--master local[2,4]] [--guarantee G] [--sink-option KEY=VALUE ...] [--no-daemon] \\
+        [--changes]
+
+`--changes`: the topic holds JSON change events `{"id", "seq", "op", "v"}` and the table sinks
+get those four columns (for delta-eos's upsert mode: its options come as --sink-option
+mergeKeys=id ...), instead of one row per record with its source position.
 
 `--pg-table` writes to PostgreSQL at the libpq URL in the environment variable EOS_PG_URL (an
 environment variable, not an argument: it holds a password, and argv is public). For the same
@@ -37,6 +42,8 @@ ap.add_argument("--guarantee", default="exactly-once")
 ap.add_argument("--transactional-id-prefix", default=None)
 ap.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                 help="an extra option of the sink (repeatable)")
+ap.add_argument("--changes", action="store_true",
+                help="rows are the JSON change events {id, seq, op, v} of the topic's values")
 ap.add_argument("--no-daemon", action="store_true",
                 help="spark.python.use.daemon=false: workers start as `python -m ...`")
 args = ap.parse_args()
@@ -68,11 +75,17 @@ events = (
     .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
     .load()
 )
-# The table sinks get one row per record, with its source position for the oracles.
-rows = events.selectExpr(
-    "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
-    "partition", "offset", "timestamp",
-)
+# The table sinks get one row per record, with its source position for the oracles; or, with
+# --changes, the change event each record's value holds.
+if args.changes:
+    rows = events.selectExpr(
+        "from_json(CAST(value AS STRING), 'id BIGINT, seq BIGINT, op STRING, v STRING') AS c"
+    ).selectExpr("c.id AS id", "c.seq AS seq", "c.op AS op", "c.v AS v")
+else:
+    rows = events.selectExpr(
+        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+        "partition", "offset", "timestamp",
+    )
 if args.pg_table:
     writer = (
         rows.writeStream.format("postgres-eos")
