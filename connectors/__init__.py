@@ -8,8 +8,6 @@ not find (the package on `sys.path` but not installed, or a lookup run by anothe
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +67,9 @@ def check_worker_python(spark: "SparkSession") -> None:
     `PYSPARK_PYTHON` for that case (connectors/_pyspark_python.py); this catches the rest (the
     hook skipped, a PYSPARK_PYTHON naming another interpreter). Only for local masters: a
     cluster's workers run the Python of its nodes, which this machine cannot check."""
+    import shutil  # here, not at the top: every worker imports this package
+    import subprocess
+
     try:
         context = spark.sparkContext
         python, master = context.pythonExec, context.master
