@@ -83,7 +83,9 @@ def check_worker_python(spark: "SparkSession") -> None:
     if found is None:
         raise WorkerPythonMismatch(
             f"Spark starts its Python workers with {python!r}, not found on PATH: {fix}")
-    if os.path.realpath(found) == os.path.realpath(sys.executable):
+    # The paths, not their targets: a virtual environment's python links to the base
+    # interpreter, whose site-packages are not the venv's.
+    if os.path.abspath(found) == os.path.abspath(sys.executable):
         return
     # What a worker imports to run the formats, from the driver's working directory (a local
     # worker's too, and first on its sys.path)
