@@ -51,7 +51,15 @@ def test_kafka_eos_broker_is_apache_kafka_until_ctrl_c(tmp_path):
 
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
                              "isolation.level": "read_committed", "enable.auto.commit": False})
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        # abort_transaction returns once the coordinator decided; it writes the ABORT marker
+        # after that, and until then the read_committed end (the last stable offset) is 5,000
+        # (seen once in CI): wait for the marker, then the end says records plus marker.
+        until = time.monotonic() + 30
+        while True:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+            if high != 5000 or time.monotonic() > until:
+                break
+            time.sleep(0.2)
         assert (low, high) == (0, 5000 + 658 + 1)  # records, and the ABORT marker
         consumer.assign([TopicPartition(topic, 0, 0)])
         seen = 0

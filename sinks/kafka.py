@@ -194,11 +194,30 @@ def _fatal_from(txn: "KafkaTxn", call, *args):
             fatal = [err for err in txn.errors if isinstance(err, KafkaError) and err.fatal()]
             if fatal:
                 raise KafkaException(fatal[0]) from None
+            fenced = _fencing_delivery_error(txn.errors)
+            if fenced is not None:
+                # The fatal error itself was lost with the callback that raised it (seen once
+                # in CI on 4.4); a transactional producer whose batch the broker refused for
+                # its epoch is the one librdkafka fences (_FENCED): raise that, naming it.
+                raise KafkaException(KafkaError(
+                    KafkaError._FENCED, f"this transactional producer was fenced by a newer "
+                    f"attempt of its partition: the broker refused its records ({fenced.str()})",
+                    fatal=True)) from None
             try:
                 txn.producer.poll(0.1)
             except SystemError:
                 continue
         raise
+
+
+#: Delivery errors that mean a newer producer took the transactional id over.
+_FENCING_CODES = frozenset({KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.PRODUCER_FENCED,
+                            KafkaError._FENCED})
+
+
+def _fencing_delivery_error(errors: list) -> KafkaError | None:
+    return next((err for err in errors
+                 if isinstance(err, KafkaError) and err.code() in _FENCING_CODES), None)
 
 
 #: librdkafka's default `message.max.bytes` (the producer's bound on one record, checked by

@@ -733,3 +733,44 @@ def test_a_batch_the_broker_refuses_as_too_large_names_the_record_and_the_topic_
     assert "--entity-name out --add-config max.message.bytes=N" in str(error)
     other = KafkaError(KafkaError.REQUEST_TIMED_OUT)
     assert ksink._delivery_error(other, Delivered()) is other
+
+
+class _CrashedProducer:
+    """A producer whose flush fails the way confluent-kafka's did once in CI on Apache Kafka 4.4
+    for a fenced zombie: SystemError, with the fatal error lost (error_cb never ran)."""
+
+    def flush(self, timeout: float) -> int:
+        raise SystemError("<built-in method flush of cimpl.Producer object> returned NULL "
+                          "without setting an exception")
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_a_crashed_flush_after_a_refused_epoch_raises_fenced_not_system_error():
+    """The broker refused the zombie's records for their epoch (a delivery error) and the fatal
+    error itself never reached error_cb: the task fails as fenced (_FENCED), naming the refusal,
+    not with confluent-kafka's SystemError."""
+    from sinks.kafka import KafkaTxn, _fatal_from
+    from sinks.two_phase_commit import TaskInfo
+
+    producer = _CrashedProducer()
+    refused = KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, "Broker: Producer attempted an "
+                         "operation with an old epoch")
+    txn = KafkaTxn(TaskInfo(5, 0, 0), producer, "t-5-0", errors=[refused])
+    with pytest.raises(KafkaException) as fenced:
+        _fatal_from(txn, producer.flush, 1.0)
+    assert fenced.value.args[0].code() == KafkaError._FENCED
+    assert fenced.value.args[0].fatal()
+    assert "old epoch" in fenced.value.args[0].str()
+
+
+def test_a_crashed_flush_with_no_error_known_stays_a_system_error():
+    """Nothing says why the call failed: the SystemError is raised as it is, never a guess."""
+    from sinks.kafka import KafkaTxn, _fatal_from
+    from sinks.two_phase_commit import TaskInfo
+
+    producer = _CrashedProducer()
+    txn = KafkaTxn(TaskInfo(5, 0, 0), producer, "t-5-0")
+    with pytest.raises(SystemError):
+        _fatal_from(txn, producer.flush, 1.0)
