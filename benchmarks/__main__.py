@@ -9,6 +9,10 @@ KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
                                                # delta-eos over 1,000 batches (about 12 minutes
                                                # on 2 cores; no broker, no Spark): merged into
                                                # DIR/results.json, its other sections kept
+    python -m benchmarks --only upsert-scale   # delta-eos upsert mode: 1,000,000 changes on
+                                               # 100,000 keys into 10,000,000 rows, against an
+                                               # append (a few minutes; no broker, no Spark):
+                                               # merged into DIR/results.json likewise
 
 For each value size (100 B and 1 KB by default) it measures:
   * the kafka-eos source into Spark's no-op sink against raw confluent-kafka consumers, one
@@ -26,7 +30,9 @@ latency (produce to visibility) of the two exactly-once pipelines; its chart is 
 benchmarks/delta_long_run.py: the delta-eos commit time and a full read after batch 10 and after
 batch 1,000, against write_deltalake appends in the same run. It is not part of the default run
 (about 12 minutes for its five configurations); a run without it keeps the long run's section
-of the results.json it overwrites.
+of the results.json it overwrites. `--only upsert-scale` (benchmarks/upsert_scale.py) is not
+part of the default run either: one upsert batch's tasks and commit (time, rows/s, peak RSS)
+against an append of the same rows, write_deltalake and delta-rs's MERGE alone.
 The sinks are fed by Spark's file source over pre-written Parquet, so their figures are about
 the sinks; the same pipelines into no-op sinks are reported beside them.
 """
@@ -81,8 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="measured runs of each side, alternating; the best of each is kept")
     ap.add_argument("--only", default="source,kafka,delta,memory,latency",
                     help="comma-separated subset of source,kafka,delta,memory,latency,"
-                         "delta-long-run; latency and delta-long-run alone are merged into an "
-                         "existing results.json, the rest kept")
+                         "delta-long-run,upsert-scale; latency, delta-long-run and "
+                         "upsert-scale alone are merged into an existing results.json, the "
+                         "rest kept")
     ap.add_argument("--latency-batches", type=int, default=30,
                     help="measured micro-batches per pipeline of the latency section (default 30)")
     ap.add_argument("--latency-warmup", type=int, default=3,
@@ -100,6 +107,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="micro-batches of the delta-eos long run (default 1000)")
     ap.add_argument("--long-run-rows", type=int, default=1000,
                     help="rows per micro-batch of the delta-eos long run (default 1000)")
+    ap.add_argument("--upsert-table-rows", type=int, default=10_000_000,
+                    help="rows of the table the upsert-scale batch is merged into "
+                         "(default 10000000)")
+    ap.add_argument("--upsert-changes", type=int, default=1_000_000,
+                    help="changes in the upsert-scale batch (default 1000000)")
+    ap.add_argument("--upsert-keys", type=int, default=100_000,
+                    help="keys those changes are on (default 100000)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny inputs (seconds, not minutes): checks the benchmark runs, "
                          "the figures mean nothing")
@@ -123,6 +137,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.long_run_rows = min(args.long_run_rows, 100)
         args.latency_batches = min(args.latency_batches, 3)
         args.latency_warmup = min(args.latency_warmup, 1)
+        args.upsert_table_rows = min(args.upsert_table_rows, 20_000)
+        args.upsert_changes = min(args.upsert_changes, 5_000)
+        args.upsert_keys = min(args.upsert_keys, 500)
     return args
 
 
@@ -193,6 +210,39 @@ def long_run_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     write_json(results, json_path)
     print(long_run_table(section))
     print(f"wrote {json_path} in {section['duration_s']} s", file=sys.stderr)
+    return 0
+
+
+def upsert_scale_only(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """delta-eos upsert mode at scale alone (no broker, no Spark): its section replaces the
+    one in an existing results.json, whose other sections are kept."""
+    from benchmarks import upsert_scale
+    from benchmarks.common import load_average, machine
+
+    json_path, results = _existing_results(args.output_dir)
+    started = time.time()
+
+    def log(msg: str) -> None:
+        print(f"[{time.time() - started:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+    work = tempfile.mkdtemp(prefix="upsert-scale-")
+    section = {
+        "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": machine(),
+        "code": _code_version(),
+        "load_average": {"start": load_average()},
+    }
+    try:
+        section.update(upsert_scale.measure(
+            work, table_rows=args.upsert_table_rows, n_changes=args.upsert_changes,
+            keys=args.upsert_keys, log=log))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    section["load_average"]["end"] = load_average()
+    results["upsert_scale"] = section
+    write_json(results, json_path)
+    print(upsert_scale.table(section))
+    print(f"wrote {json_path} in {round(time.time() - started)} s", file=sys.stderr)
     return 0
 
 
@@ -308,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(","))
     if only == {"delta-long-run"}:
         return long_run_only(args, argv)
+    if only == {"upsert-scale"}:
+        return upsert_scale_only(args, argv)
+    if "upsert-scale" in only:
+        raise SystemExit("python -m benchmarks: --only upsert-scale runs on its own (it needs "
+                         "neither the broker nor Spark)")
     if "latency" in only and only <= {"latency", "delta-long-run"}:
         return latency_only(args, argv, only)
     sizes = [int(s) for s in args.value_sizes.split(",")]
@@ -397,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.exists(json_path):
         with open(json_path) as f:  # sections measured by their own command: kept
             previous = json.load(f)
-        for key in ("delta_long_run", "latency"):
+        for key in ("delta_long_run", "latency", "upsert_scale"):
             if key not in results and key in previous:
                 results[key] = previous[key]
     _latency_targets(results)
