@@ -193,6 +193,52 @@ def _step_tasks(spec: dict) -> dict:
     return {"planning_s": round(t1 - t0, 2), "tasks": peak.result()}
 
 
+class _Phases:
+    """Where the commit's time and memory go: the sink's own steps (the fold of the staged
+    changes, the MERGE, ...) timed by wrapping them on the sink object, and the RSS sampled
+    every 20 ms by a thread; per phase its seconds and the highest RSS sampled in it."""
+
+    def __init__(self, sink, names: list[str]) -> None:
+        import threading
+
+        self.spans: list[tuple[str, float, float]] = []
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        for name in names:
+            if hasattr(sink, name):
+                setattr(sink, name, self._wrap(name, getattr(sink, name)))
+
+    def _wrap(self, name: str, fn):
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spans.append((name, t, time.perf_counter()))
+        return timed
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.samples.append((time.perf_counter(), _status_kb("VmRSS")))
+
+    def __enter__(self) -> _Phases:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def result(self) -> dict:
+        out = {}
+        for name, t0, t1 in self.spans:
+            inside = [kb for t, kb in self.samples if t0 <= t <= t1]
+            out[name] = {"seconds": round(t1 - t0, 3),
+                         "max_sampled_rss_mb": round(max(inside) / 1024, 1) if inside else None}
+        return out
+
+
 def _step_commit(spec: dict) -> dict:
     """The driver's commit of the batch the tasks step prepared."""
     with open(spec["messages"], "rb") as f:
@@ -200,9 +246,10 @@ def _step_commit(spec: dict) -> dict:
     writer = _writer(spec["table"], spec["checkpoint"], spec["options"])
     import_module("deltalake")  # loaded before the clock starts, as in a running query
 
-    with _Peak() as peak:
+    phases = _Phases(writer.sink, ["commit", "_fold_staged", "_merge"])
+    with _Peak() as peak, phases:
         writer.commit(messages, spec["batch"])
-    return {"commit": peak.result()}
+    return {"commit": peak.result() | {"phases": phases.result()}}
 
 
 def _step_write_deltalake(spec: dict) -> dict:
