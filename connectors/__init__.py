@@ -35,7 +35,12 @@ def register(spark: "SparkSession") -> None:
     replaces it, which Spark logs as `WARN DataSourceManager: The data source kafka-eos replaced
     a statically registered data source`, once per format and session (the demo's log had it
     33 times). Before registering, checks that Spark's Python workers can import this package
-    (`WorkerPythonMismatch` says what to set if not), since a registered format runs there."""
+    (`WorkerPythonMismatch` says what to set if not), since a registered format runs there.
+    An older PySpark than 4.2 is refused first (`pyspark_version.UnsupportedPySpark`, naming
+    the versions needed)."""
+    from connectors import pyspark_version
+
+    pyspark_version.require()
     manager = _data_source_manager(spark)
     missing = [s for s in data_sources()
                if manager is None or not manager.dataSourceExists(s.name())]

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from connectors import pyspark_version
+
+pyspark_version.require()  # before any PySpark API: an old PySpark gets the versions needed
+
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
