@@ -86,7 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
             "Produce a stream of keyed JSON events to Kafka, run a Spark pipeline that reads them "
             "with kafka-eos, enriches them and writes them exactly once to a delta-eos table and "
             "a kafka-eos topic, optionally SIGKILLing it at random moments, then read both "
-            "outputs back and check every event is there exactly once. With no "
+            "outputs back and check every event is there exactly once. With --upsert, produce a "
+            "table's change stream (Debezium-style envelopes: inserts, updates, deletes, late "
+            "changes) instead, write it with delta-eos in upsert mode and check the table is "
+            "exactly the fold of the changes. With no "
             "--bootstrap-servers an embedded local broker is started. Exit status: 0 verified, "
             "1 duplicates or missing records, 2 bad arguments, 3 could not run."
         ),
@@ -124,6 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(command_parser=demo)  # its errors read "kafka-eos demo: error: ..."
     demo.add_argument("--timeout", type=_positive_int, default=900, metavar="SECONDS",
                       help="give up after this long")
+    demo.add_argument("--upsert", action="store_true",
+                      help="a change stream (Debezium-style JSON envelopes of a customers table: "
+                           "inserts, updates, deletes, late and out-of-order changes, updates "
+                           "older than their key's delete) into delta-eos in upsert mode; the "
+                           "table is verified against the fold of the changes")
+    demo.add_argument("--keys", type=_positive_int, default=None,
+                      help="with --upsert: the keys (rows) of the changed table (default "
+                           "records / 20, at least 50)")
+    demo.add_argument("--max-offsets-per-trigger", type=_positive_int, default=5000,
+                      metavar="N", help="the pipeline's maxOffsetsPerTrigger: at most N "
+                                        "records per micro-batch (the final drain takes at "
+                                        "least 50000)")
     demo.add_argument("--broker", choices=LOCAL_BROKER_KINDS, default="auto",
                       help="without --bootstrap-servers, the local broker to start: auto is "
                            "Apache Kafka from its Maven jars where Java and the jars (cached, "
@@ -289,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         return _broker(args)
     if args.partitions > args.records:
         parser.error(f"argument --records: must be at least --partitions ({args.partitions})")
+    if args.keys is not None and not args.upsert:
+        parser.error("argument --keys: only with --upsert")
     kafka_config: dict[str, str] = {}
     if args.kafka_config is not None:
         kafka_config = _kafka_config(args.command_parser, args)
@@ -305,8 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         output_dir=args.output_dir,
         seed=args.seed,
         trigger_ms=args.trigger_ms,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
         timeout_s=float(args.timeout),
         local_broker=args.broker,
+        upsert=args.upsert,
+        keys=args.keys,
     )
     try:
         return run_demo(config)

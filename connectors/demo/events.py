@@ -26,6 +26,11 @@ class Event:
     amount: float
     event_time: str
 
+    @property
+    def key_id(self) -> int:
+        """The Kafka key and partitioner input (EventProducer): the user."""
+        return self.user_id
+
     def value(self) -> bytes:
         return json.dumps(self.__dict__, separators=(",", ":")).encode()
 
@@ -49,7 +54,8 @@ def sample_events(count: int, users: int, seed: int) -> list[Event]:
 class EventProducer:
     """Produces `events` to `topic` in a background thread, at most `rate` per second (0: flat out).
 
-    Keyed by user; the partition is `user_id % partitions`, so one user's events stay in order.
+    Keyed by `key_id` (the user; for `demo --upsert`'s changes, the row's id); the partition
+    is `key_id % partitions`, so one key's events stay in order.
     Each partition's last event goes out alone, after a flush: a broker whose ListOffsets reports
     the last batch's base offset + 1 (the embedded one, docs/design.md#brokers) then shows the
     whole topic, so the final drain reads every event.
@@ -58,7 +64,7 @@ class EventProducer:
     bootstrap_servers: str
     topic: str
     partitions: int
-    events: list[Event]
+    events: list  # Event, or connectors.demo.changes.Change (anything with key_id, event_id, value())
     rate: float
     #: Client settings for a secured cluster (librdkafka names), from --kafka-config.
     client_config: dict[str, str] = field(default_factory=dict, repr=False)
@@ -109,7 +115,7 @@ class EventProducer:
             with self._lock:
                 self.delivered[(msg.partition(), msg.offset())] = event_id
 
-        last_of_partition = {e.user_id % self.partitions: e for e in self.events}
+        last_of_partition = {e.key_id % self.partitions: e for e in self.events}
         held_back = {id(e) for e in last_of_partition.values()}
         started = time.monotonic()
         for n, event in enumerate(self.events):
@@ -128,14 +134,14 @@ class EventProducer:
         if self.error:
             raise RuntimeError(self.error)
 
-    def _send(self, producer: Producer, event: Event, on_delivery) -> None:
+    def _send(self, producer: Producer, event, on_delivery) -> None:
         while True:
             try:
                 producer.produce(
                     self.topic,
-                    key=str(event.user_id).encode(),
+                    key=str(event.key_id).encode(),
                     value=event.value(),
-                    partition=event.user_id % self.partitions,
+                    partition=event.key_id % self.partitions,
                     on_delivery=lambda err, msg, eid=event.event_id: on_delivery(err, msg, eid),
                 )
                 break

@@ -1,14 +1,16 @@
 """The demo's Spark job: Kafka -> `kafka-eos` source -> parse and enrich -> two exactly-once
 sinks, a `delta-eos` table and a `kafka-eos` topic (one streaming query each, each with its own
-checkpoint).
+checkpoint). With `--upsert`: Kafka -> `kafka-eos` -> the Debezium envelopes turned into the
+sink's input with `selectExpr` (as docs/delta-sink.md shows) -> one `delta-eos` query in upsert
+mode (mergeKeys id, sequenceBy the source's lsn, deletes where op = 'd').
 
 It writes the ready file once both queries have started, and runs as its own process group so that `--chaos` can SIGKILL all of it (driver JVM included)
 and restart it on the same checkpoints. It runs on a processing-time trigger until the demo
 creates the stop file; it then stops both queries and drains what is left with
 `Trigger.AvailableNow` on the same checkpoints, in the same JVM, and exits 0.
 
-    python -m connectors.demo.pipeline --bootstrap-servers B --input-topic T --output-topic O \\
-        --table PATH --checkpoints DIR --stop-file FILE
+    python -m connectors.demo.pipeline --bootstrap-servers B --input-topic T \\
+        (--output-topic O | --upsert) --table PATH --checkpoints DIR --stop-file FILE
 
 A secured cluster's client settings (`--kafka-config`) come in the environment variable
 KAFKA_EOS_DEMO_KAFKA_CONFIG (JSON, librdkafka names), never in argv; they become the source's
@@ -27,6 +29,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from connectors.demo import kafka_config
+from connectors.demo.changes import ENVELOPE_TYPE
 
 DRAIN_MAX_OFFSETS = 50_000
 
@@ -59,6 +62,24 @@ def enrich(events: DataFrame) -> DataFrame:
     )
 
 
+#: `--upsert`: the upsert mode's options (docs/delta-sink.md#upsert-mode-change-data).
+UPSERT_OPTIONS = {"mergeKeys": "id", "sequenceBy": "lsn", "applyAsDeletes": "op = 'd'",
+                  "exceptColumns": "op"}
+
+
+def debezium_changes(records: DataFrame) -> DataFrame:
+    """Debezium's JSON envelope -> the upsert sink's input: the row's columns from `after` (the
+    key from `before` for a delete), the op, the source's log position as the sequence, and
+    the Kafka position of the change (lineage the verification checks)."""
+    return records.selectExpr(
+        f"from_json(CAST(value AS STRING), '{ENVELOPE_TYPE}') AS e", "partition", "offset"
+    ).selectExpr(
+        "coalesce(e.after.id, e.before.id) AS id", "e.after.name AS name",
+        "e.after.email AS email", "e.op AS op", "e.ts_ms AS ts_ms", "e.source.lsn AS lsn",
+        "partition AS source_partition", "offset AS source_offset",
+    )
+
+
 def start_queries(
     spark: SparkSession, args: argparse.Namespace, *, drain: bool
 ) -> list[StreamingQuery]:
@@ -84,6 +105,26 @@ def start_queries(
         if drain:
             return writer.trigger(availableNow=True)
         return writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
+
+    if args.upsert:
+        source = (
+            spark.readStream.format("kafka-eos")
+            .options(**security)
+            .option("kafka.bootstrap.servers", args.bootstrap_servers)
+            .option("subscribe", args.input_topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(limit))
+            .load()
+        )
+        upsert = trigger(
+            debezium_changes(source)
+            .writeStream.format("delta-eos")
+            .queryName("demo-delta-upsert")
+            .options(**UPSERT_OPTIONS)
+            .option("path", args.table)
+            .option("checkpointLocation", os.path.join(args.checkpoints, "delta"))
+        ).start()
+        return [upsert]
 
     delta = trigger(
         enriched()
@@ -128,7 +169,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--input-topic", required=True)
-    ap.add_argument("--output-topic", required=True)
+    ap.add_argument("--output-topic")
+    ap.add_argument("--upsert", action="store_true",
+                    help="change events into one delta-eos query in upsert mode")
     ap.add_argument("--table", required=True)
     ap.add_argument("--checkpoints", required=True)
     ap.add_argument("--stop-file", required=True)
@@ -137,6 +180,8 @@ def main() -> None:
     ap.add_argument("--max-offsets-per-trigger", type=int, default=5000)
     ap.add_argument("--master", default="local[2,4]")  # 4 attempts: a failed task is retried
     args = ap.parse_args()
+    if not (args.upsert or args.output_topic):
+        ap.error("--output-topic is required (or --upsert)")
     # Kafka client settings come in the environment (never argv), and are taken out of it
     # before Spark starts, so that its JVM and Python workers do not inherit them.
     args.kafka_config = kafka_config.from_env()

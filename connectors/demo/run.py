@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TextIO
 
@@ -27,6 +27,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.demo import kafka_config, verify
+from connectors.demo.changes import sample_changes
 from connectors.demo.events import EventProducer, sample_events
 from connectors.kafka_security import connection_hint
 from sinks.two_phase_commit import METRICS_ENV
@@ -60,6 +61,24 @@ class DemoConfig:
     #: Without bootstrap_servers: "auto" (Apache Kafka from its Maven jars where it can run,
     #: else the embedded broker), "apache-kafka" or "embedded" (connectors.testing.broker).
     local_broker: str = "auto"
+    #: `--upsert`: a change stream (Debezium envelopes) into delta-eos in upsert mode, verified
+    #: against the fold of the changes (connectors.demo.changes), instead of the two sinks.
+    upsert: bool = False
+    #: `--upsert`'s keys (rows of the simulated table); None: records / 20, at least 50.
+    keys: int | None = None
+
+    @property
+    def sinks(self) -> tuple[str, ...]:
+        return ("delta-eos",) if self.upsert else ("delta-eos", "kafka-eos")
+
+    @property
+    def queries(self) -> tuple[str, ...]:
+        """The pipeline's queries, by their checkpoint directory's name."""
+        return ("delta",) if self.upsert else ("delta", "kafka")
+
+    @property
+    def upsert_keys(self) -> int:
+        return self.keys if self.keys is not None else max(50, self.records // 20)
 
 
 @dataclass
@@ -67,9 +86,15 @@ class Progress:
     """Rows and batches per sink, from the metrics file, read incrementally."""
 
     path: str
-    rows: dict[str, int] = field(default_factory=lambda: {"delta-eos": 0, "kafka-eos": 0})
-    batches: dict[str, int] = field(default_factory=lambda: {"delta-eos": 0, "kafka-eos": 0})
+    sinks: tuple[str, ...] = ("delta-eos", "kafka-eos")
+    rows: dict[str, int] = field(default_factory=dict)
+    batches: dict[str, int] = field(default_factory=dict)
     _pos: int = 0
+
+    def __post_init__(self) -> None:
+        for sink in self.sinks:
+            self.rows.setdefault(sink, 0)
+            self.batches.setdefault(sink, 0)
 
     def poll(self) -> None:
         if not os.path.exists(self.path):
@@ -264,6 +289,10 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
         "ready": os.path.join(run_dir, "RUNNING"),
     }
     run_id = os.path.basename(run_dir).removeprefix("run-")
+    if cfg.upsert:
+        paths["table"] = os.path.join(run_dir, "customers-delta")
+        return _run_upsert(cfg, paths, f"eos-demo-{run_id}-changes", seed, rng, started, run_dir,
+                           out)
     input_topic, output_topic = f"eos-demo-{run_id}-events", f"eos-demo-{run_id}-enriched"
     print(f"Output: {run_dir} (seed {seed})", file=out)
 
@@ -333,6 +362,77 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
     return 0 if ok else 1
 
 
+def _run_upsert(cfg: DemoConfig, paths: dict[str, str], input_topic: str, seed: int,
+                rng: random.Random, started: float, run_dir: str, out: TextIO) -> int:
+    """`demo --upsert`: Debezium-style change events of a `customers` table (inserts, updates,
+    deletes, late changes, updates older than their key's delete delivered batches later,
+    re-created keys) -> kafka-eos -> delta-eos in upsert mode, with the same chaos; then the
+    table read back with deltalake and compared with the fold of the delivered changes,
+    computed without the sink's code (connectors.demo.changes.fold)."""
+    print(f"Output: {run_dir} (seed {seed})", file=out)
+    with _broker(cfg, out) as bootstrap:
+        _create_topics(bootstrap, cfg.kafka_config, [input_topic], cfg.partitions,
+                       embedded=not cfg.bootstrap_servers)
+        changes = sample_changes(cfg.records, keys=cfg.upsert_keys, seed=seed)
+        producer = EventProducer(bootstrap, input_topic, cfg.partitions, changes, cfg.rate,
+                                 client_config=dict(cfg.kafka_config))
+        pipeline = Pipeline(
+            [
+                "--bootstrap-servers", bootstrap,
+                "--input-topic", input_topic,
+                "--upsert",
+                "--table", paths["table"],
+                "--checkpoints", paths["checkpoints"],
+                "--stop-file", paths["stop"],
+                "--ready-file", paths["ready"],
+                "--trigger-ms", str(cfg.trigger_ms),
+                "--max-offsets-per-trigger", str(cfg.max_offsets_per_trigger),
+            ],
+            paths["log"],
+            {**os.environ, METRICS_ENV: paths["metrics"],
+             **kafka_config.to_env(cfg.kafka_config)},
+        )
+        print(
+            f"Producing {cfg.records:,} Debezium-style changes of {cfg.upsert_keys:,} keys to "
+            f"{input_topic} ({cfg.partitions} partitions, "
+            f"{'as fast as possible' if cfg.rate <= 0 else f'{cfg.rate:,.0f}/s'}; late and "
+            f"out-of-order changes, deletes, late updates after a delete); pipeline -> "
+            f"delta-eos upsert mode {paths['table']}"
+            + (f"; {cfg.chaos} SIGKILLs at random moments" if cfg.chaos else ""),
+            file=out,
+        )
+        try:
+            processing_s, kills = _conduct(cfg, producer, pipeline, paths, rng, started, out)
+        finally:
+            pipeline.kill()
+        if producer.error:
+            raise DemoError(f"producing the input failed: {producer.error}")
+    print("Verifying: reading the table back with deltalake and comparing it with the fold of "
+          "the changes...", file=out)
+    checkpoint = os.path.join(paths["checkpoints"], "delta")
+    txns = verify.txn_versions(paths["table"])
+    result = verify.check_upsert(
+        "delta-eos upsert", verify.upsert_rows(paths["table"]), producer.delivered,
+        {c.event_id: c for c in changes}, verify.spark_batch_ids(checkpoint),
+        [v for versions in txns.values() for v in versions])
+    elapsed = time.monotonic() - started
+    print(file=out)
+    print(verify.render_upsert(result, kills=kills, elapsed_s=elapsed, processing_s=processing_s),
+          file=out)
+    with open(os.path.join(run_dir, "verification.json"), "w") as f:
+        f.write(json.dumps({
+            "mode": "upsert", "produced": len(producer.delivered),
+            "sinks": [asdict(result) | {"ok": result.ok}], "kills": kills,
+            "elapsed_s": round(elapsed, 1), "seed": seed, "input_topic": input_topic,
+            "keys": cfg.upsert_keys, "app_ids": sorted(txns),
+        }, indent=2))
+    print(file=out)
+    print("PASSED: the table is exactly the fold of the change stream." if result.ok
+          else "FAILED: the table differs from the fold of the changes; see verification.json "
+               "and pipeline.log.", file=out)
+    return 0 if result.ok else 1
+
+
 def _conduct(
     cfg: DemoConfig,
     producer: EventProducer,
@@ -343,7 +443,7 @@ def _conduct(
     out: TextIO,
 ) -> tuple[float, int]:
     """Run the pipeline through production and the chaos, then drain it; (running s, kills)."""
-    progress = Progress(paths["metrics"])
+    progress = Progress(paths["metrics"], sinks=cfg.sinks)
     producer.start()
     pipeline.start()
     pipeline_started = time.monotonic()
@@ -378,7 +478,7 @@ def _conduct(
                       f"in flight: {_in_flight(paths['checkpoints'])}); "
                       "restarting on the same checkpoints", file=out, flush=True)
                 if kills == 1:
-                    _print_inspection(paths["checkpoints"], out)
+                    _print_inspection(paths["checkpoints"], out, cfg.queries)
                 os.remove(paths["ready"])
                 pipeline.start()
                 kill_at = None
@@ -409,12 +509,13 @@ def _in_flight(checkpoints: str) -> str:
     return ", ".join(busy) or "no batch"
 
 
-def _print_inspection(checkpoints: str, out: TextIO) -> None:
+def _print_inspection(checkpoints: str, out: TextIO,
+                      queries: tuple[str, ...] = ("delta", "kafka")) -> None:
     """After the first kill: what `kafka-eos inspect` says of each query's checkpoint (the
     batch the kill interrupted, and what the restart's recovery is about to do with it)."""
     from connectors.inspection import inspect_checkpoint, render_text
 
-    for query in ("delta", "kafka"):
+    for query in queries:
         path = os.path.join(checkpoints, query)
         try:
             text = render_text(inspect_checkpoint(path, batches=1), summary_only=True)
@@ -433,7 +534,8 @@ def _report(t: float, producer: EventProducer, progress: Progress, kills: int,
     "0 rows/0 batches" for the half minute a first start takes on 2 cores read as a stall."""
     if not running:
         again = " again after the kill" if kills else ""
-        sinks = f"pipeline: starting Spark and its two queries{again}"
+        queries = "its query" if len(progress.rows) == 1 else "its two queries"
+        sinks = f"pipeline: starting Spark and {queries}{again}"
         if any(progress.batches.values()):
             sinks += "  (" + ", ".join(
                 f"{s} {progress.rows[s]:,} rows/{progress.batches[s]} batches so far"

@@ -127,3 +127,141 @@ def as_json(produced: int, checks: list[SinkCheck], **extra: object) -> str:
         {"produced": produced, "sinks": [asdict(c) | {"ok": c.ok} for c in checks], **extra},
         indent=2,
     )
+
+
+# -- demo --upsert: the table against the fold of the change stream -----------------------------
+
+#: The upsert table's columns the verification reads (sequence, values, lineage).
+UPSERT_COLUMNS = ["id", "lsn", "name", "email", "source_partition", "source_offset"]
+
+
+@dataclass(frozen=True)
+class UpsertCheck:
+    """`demo --upsert`'s verdict: the Delta table against the fold of the delivered changes
+    (connectors.demo.changes.fold, computed without the sink's code)."""
+
+    sink: str
+    stream: dict  # connectors.demo.changes.StreamFacts, as a dict
+    keys_expected: int  # keys the fold keeps (present at the end)
+    rows: int  # rows in the table
+    duplicate_keys: int  # rows beyond the first for one key
+    missing: int  # keys the fold keeps, absent from the table
+    resurrected: int  # keys the fold deletes (or never saw), present in the table
+    stale: int  # rows whose sequence, values or source position are not their key's winner's
+    batches: int  # micro-batches in Spark's commit log
+    batches_applied_twice: int  # batch ids whose txn action is in the table more than once
+    batches_not_in_table: int  # batches Spark committed with no txn action in the table
+
+    @property
+    def ok(self) -> bool:
+        return not (self.duplicate_keys or self.missing or self.resurrected or self.stale
+                    or self.batches_applied_twice or self.batches_not_in_table)
+
+
+def check_upsert(
+    sink: str,
+    rows: list[dict],
+    delivered: dict[tuple[int, int], int],
+    changes: dict,
+    batches: list[int],
+    txn_versions: list[int],
+) -> UpsertCheck:
+    """`rows`: the table's rows (UPSERT_COLUMNS); `changes`: event id -> Change; `batches`:
+    the batch ids of Spark's commit log; `txn_versions`: the table's txn versions of the
+    sink's appId, one per commit that carries one."""
+    from connectors.demo.changes import fold, stream_facts
+
+    position = {event_id: pos for pos, event_id in delivered.items()}
+    expected = fold([changes[e] for e in delivered.values()])
+    seen = collections.Counter(r["id"] for r in rows)
+    stale = 0
+    for r in rows:
+        want = expected.get(r["id"])
+        if want is None:
+            continue
+        got = (r["lsn"], r["name"], r["email"], (r["source_partition"], r["source_offset"]))
+        if got != (want.lsn, want.name, want.email, position[want.event_id]):
+            stale += 1
+    applied = collections.Counter(txn_versions)
+    return UpsertCheck(
+        sink=sink,
+        stream=asdict(stream_facts(delivered, changes)),
+        keys_expected=len(expected),
+        rows=len(rows),
+        duplicate_keys=sum(n - 1 for n in seen.values() if n > 1),
+        missing=sum(1 for k in expected if k not in seen),
+        resurrected=sum(1 for k in seen if k not in expected),
+        stale=stale,
+        batches=len(batches),
+        batches_applied_twice=sum(1 for n in applied.values() if n > 1),
+        batches_not_in_table=sum(1 for b in batches if b not in applied),
+    )
+
+
+def upsert_rows(path: str) -> list[dict]:
+    try:
+        table = DeltaTable(path)
+    except TableNotFoundError:
+        return []
+    return table.to_pyarrow_table(columns=UPSERT_COLUMNS).to_pylist()
+
+
+def txn_versions(path: str) -> dict[str, list[int]]:
+    """appId -> the txn versions in the table's log, one per commit that carries one: read from
+    the JSON commits themselves, not through the sink (a demo's table keeps all of them: its
+    log is days younger than delta.logRetentionDuration)."""
+    found: dict[str, list[int]] = {}
+    log_dir = os.path.join(path, "_delta_log")
+    if not os.path.isdir(log_dir):
+        return found
+    for name in sorted(os.listdir(log_dir)):
+        if name.endswith(".json") and name[:-5].isdigit():
+            with open(os.path.join(log_dir, name)) as f:
+                for action in map(json.loads, f):
+                    if "txn" in action:
+                        found.setdefault(action["txn"]["appId"], []).append(
+                            action["txn"]["version"])
+    return found
+
+
+def spark_batch_ids(checkpoint: str) -> list[int]:
+    commits = os.path.join(checkpoint, "commits")
+    if not os.path.isdir(commits):
+        return []
+    return sorted(int(n) for n in os.listdir(commits) if n.isdigit())
+
+
+def render_upsert(c: UpsertCheck, *, kills: int, elapsed_s: float, processing_s: float) -> str:
+    s = c.stream
+
+    def row(label: str, value: object) -> str:
+        return f"  {label:<46}{value!s:>12}"
+
+    lines = [
+        row("", c.sink),
+        row("changes produced", f"{s['changes']:,}"),
+        row("  inserts / updates / deletes",
+            f"{s['inserts']:,} / {s['updates']:,} / {s['deletes']:,}"),
+        row("  late (after a newer change of their key)", f"{s['late']:,}"),
+        row("  late updates after their key's delete", f"{s['late_after_delete']:,}"),
+        row("  keys re-created after a delete", f"{s['recreated']:,}"),
+        row("keys in the fold (present at the end)", f"{c.keys_expected:,}"),
+        row("rows in the table", f"{c.rows:,}"),
+        row("duplicate keys", c.duplicate_keys),
+        row("missing keys", c.missing),
+        row("deleted keys present", c.resurrected),
+        row("stale or altered rows", c.stale),
+        row("micro-batches", c.batches),
+        row("batches applied twice", c.batches_applied_twice),
+        row("batches missing from the table", c.batches_not_in_table),
+        row("table = fold of the changes", "OK" if c.ok else "FAILED"),
+        "",
+        f"  pipeline kills (SIGKILL)    {kills}",
+        (
+            f"  throughput                  {s['changes'] / processing_s if processing_s else 0:,.0f} "
+            f"changes/s, over the pipeline's {processing_s:.1f} s of running time "
+            "(start-ups and restarts included; the input is rate-limited by --rate)"
+        ),
+        f"  elapsed                     {elapsed_s:.1f} s",
+    ]
+    return "\n".join(lines)
