@@ -8,6 +8,7 @@ import tempfile
 import pytest
 
 from connectors.testing import Broker, kafka_broker, local_spark
+from connectors.testing.class_sharing import SPARK_CDS_ENV, ensure_archive
 from sources.batch_metrics import SOURCE_METRICS_ENV
 from sources.consumer_pool import STATS_ENV
 
@@ -19,10 +20,19 @@ os.environ.setdefault(SOURCE_METRICS_ENV, os.path.join(
     tempfile.mkdtemp(prefix="kafka-eos-source-metrics-"), "batches.jsonl"))
 
 
+# Before any Spark starts, too: every driver JVM of the run (this process's, the pipelines',
+# the demo's) maps one class-data-sharing archive of Spark's classes, dumped once per machine
+# into the jars' cache, instead of loading them from the jars again (about 6-8 s of CPU per
+# Spark start; connectors/testing/class_sharing.py). Without one the suite only runs slower.
+if SPARK_CDS_ENV not in os.environ:
+    os.environ[SPARK_CDS_ENV] = str(ensure_archive() or "")
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     from connectors.testing.broker import broker_choice
 
-    return f"Kafka broker: {broker_choice()}"
+    archive = os.environ.get(SPARK_CDS_ENV) or "none (Spark loads its classes from its jars)"
+    return f"Kafka broker: {broker_choice()}\nSpark class-data-sharing archive: {archive}"
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,9 @@ def local_spark(
     (`QUICK_START_JAVA_OPTIONS`). A Spark start and its first query then cost about half the
     CPU (measured: 15 s instead of 30 s of JVM CPU on 2 cores), which is what short runs
     (tests, the demo, a killed-and-restarted pipeline) spend most of their time on. The
-    benchmarks turn it off: C2's compiled code is what a long-running job runs.
+    benchmarks turn it off: C2's compiled code is what a long-running job runs. With it, the
+    driver also maps the test suite's class-data-sharing archive when `SPARK_CDS_ENV` names
+    one (connectors/testing/class_sharing.py).
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -55,8 +57,14 @@ def local_spark(
     )
     conf = dict(conf or {})
     if quick_start:
+        from connectors.testing.class_sharing import java_options
+
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-            conf[key] = " ".join(filter(None, (QUICK_START_JAVA_OPTIONS, conf.get(key))))
+            # The test suite's class-data-sharing archive, when it names one: the driver's
+            # class path only (connectors/testing/class_sharing.py).
+            sharing = java_options() if key == "spark.driver.extraJavaOptions" else ""
+            conf[key] = " ".join(filter(None, (QUICK_START_JAVA_OPTIONS, sharing,
+                                               conf.get(key))))
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
