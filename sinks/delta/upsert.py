@@ -360,9 +360,14 @@ class DeltaUpsertSink(DeltaSink):
             newer = f"source.{q(self.upsert.sequence)} >= target.{q(self.upsert.sequence)}"
             delete = f"source.{q(DELETE_COLUMN)}"
             columns = {q(c): f"source.{q(c)}" for c in self.schema.names}
+            # streamed_exec=False: the source is an Arrow table in memory already, so
+            # delta-rs's streamed execution (its default) saves nothing, and it would cost the
+            # early pruning delta-rs derives from the source: files whose key range, and
+            # partitions (a table partitioned by a key column) that no change of the batch can
+            # match are then not read (tests/test_delta_upsert_pruning.py).
             metrics = (
                 table.merge(applied, on, source_alias="source", target_alias="target",
-                            commit_properties=props,
+                            streamed_exec=False, commit_properties=props,
                             post_commithook_properties=_post_commit_hooks(table))
                 .when_matched_delete(f"{delete} AND {newer}")
                 .when_matched_update(columns, f"NOT {delete} AND {newer}")
@@ -376,7 +381,8 @@ class DeltaUpsertSink(DeltaSink):
             table.create_write_transaction([], mode="append", schema=table.schema(),
                                            partition_by=list(self.options.partition_by) or None,
                                            commit_properties=props)
-        return {k: v for k, v in metrics.items() if k.startswith("num_target_rows")}
+        return {k: v for k, v in metrics.items() if k.startswith(("num_target_rows",
+                                                                     "num_target_files"))}
 
     def recoverAndCommit(self, batchId: int, handles: dict[int, Handle]) -> None:
         """A decided batch after a restart: committed unless its txn version is in; lost (the
