@@ -19,11 +19,14 @@ What is measured, each step in a fresh process of its own (so each peak RSS is t
 * **append**: the same rows (without the `op` column the upsert's `exceptColumns` drops) by
   the append mode's tasks and commit, into a copy of the same table;
 * **write_deltalake append** of the same rows (the raw client, as the other Delta figures);
-* **delta-rs MERGE alone**: the same MERGE statement the sink runs, on the fold's winners
+* **delta-rs MERGE alone**: the same MERGE statement the sink runs (streamed_exec=False, as the
+  sink; and with delta-rs's default streamed_exec=True), on the fold's winners
   (folded with pyarrow beforehand, not timed), into a copy of the same table: what the sink
   adds to the MERGE itself;
-* the upsert commit again on a table a tenth of the size, with the same batch: whether the
-  commit's memory follows the table (not bounded) or the batch (bounded).
+* the upsert again with its keys among the table's most recent tenth of ids (recent rows
+  change most): the MERGE then reads only the files whose key range can hold them;
+* the upsert commit again on a table a tenth of the size, with a batch of the same size:
+  whether the commit's memory follows the table (not bounded) or the batch (bounded).
 
 The sink is driven through its template directly, with no Spark, as benchmarks/delta_long_run.py
 does: the tasks' and the driver's code are the ones Spark runs.
@@ -85,13 +88,17 @@ def write_table(path: str, rows: int) -> None:
     write_deltalake(path, reader, mode="error")
 
 
-def changes(table_rows: int, n_changes: int, keys: int, seed: int = 23) -> pa.Table:
-    """`n_changes` changes on `keys` keys (see the module docstring), in random order."""
+def changes(table_rows: int, n_changes: int, keys: int, seed: int = 23, *,
+            recent: bool = False) -> pa.Table:
+    """`n_changes` changes on `keys` keys (see the module docstring), in random order.
+    `recent`: the existing keys are drawn from the table's last tenth of ids (recent rows
+    change most), not from all of it."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     existing = keys - keys // 10
-    key_ids = np.concatenate([rng.choice(table_rows, existing, replace=False),
+    low = table_rows - table_rows // 10 if recent else 0
+    key_ids = np.concatenate([low + rng.choice(table_rows - low, existing, replace=False),
                               np.arange(table_rows, table_rows + keys - existing)])
     per_key = -(-n_changes // keys)
     ids = np.repeat(key_ids, per_key)[:n_changes]
@@ -283,13 +290,13 @@ def _step_merge(spec: dict) -> dict:
     with _Peak() as peak:
         metrics = (
             table.merge(winners, f"target.{q('id')} = source.{q('id')}", source_alias="source",
-                        target_alias="target")
+                        target_alias="target", streamed_exec=spec["streamed"])
             .when_matched_delete(f"{delete} AND {newer}")
             .when_matched_update(columns, f"NOT {delete} AND {newer}")
             .when_not_matched_insert(columns, f"NOT {delete}")
             .execute()
         )
-    return {"merge": peak.result(), "winners": winners.num_rows,
+    return {"merge": peak.result(), "winners": winners.num_rows, "streamed_exec": spec["streamed"],
             "metrics": {k: v for k, v in metrics.items() if k.startswith("num_")}}
 
 
@@ -372,16 +379,21 @@ def measure(work: str, *, table_rows: int = 10_000_000, n_changes: int = 1_000_0
     return out
 
 
-def _measure_table(work: str, rows: int, n_changes: int, keys: int, task_batch_rows: int, *,
-                   full: bool, log) -> dict:
-    """One table size: the upsert (and, `full`, the append and the raw clients)."""
+def _changes_file(work: str, rows: int, n_changes: int, keys: int, recent: bool = False
+                  ) -> tuple[str, dict]:
     import pyarrow.parquet as pq
 
-    data = changes(rows, n_changes, keys)
-    inp = os.path.join(work, f"changes-{rows}.parquet")
+    data = changes(rows, n_changes, keys, recent=recent)
+    inp = os.path.join(work, f"changes-{rows}{'-recent' if recent else ''}.parquet")
     pq.write_table(data, inp)
-    expected = _independent_fold_counts(data, rows)
-    del data
+    return inp, _independent_fold_counts(data, rows)
+
+
+def _measure_table(work: str, rows: int, n_changes: int, keys: int, task_batch_rows: int, *,
+                   full: bool, log) -> dict:
+    """One table size: the upsert (and, `full`, the append, the raw clients, and the upsert
+    of changes on recent keys)."""
+    inp, expected = _changes_file(work, rows, n_changes, keys)
     base = os.path.join(work, f"base-{rows}")
     log(f"upsert-scale: writing a table of {rows:,} rows")
     t = time.perf_counter()
@@ -409,11 +421,24 @@ def _measure_table(work: str, rows: int, n_changes: int, keys: int, task_batch_r
         section["write_deltalake_append"] = run_step("write_deltalake", table=raw, input=inp)
         shutil.rmtree(raw, ignore_errors=True)
         log(f"  write_deltalake: {json.dumps(section['write_deltalake_append'])}")
-        raw = _copy(base, work, "merge-table")
-        section["delta_rs_merge_alone"] = run_step("merge", table=raw, input=inp)
-        section["delta_rs_merge_alone"]["table_after"] = _table_facts(raw)
-        shutil.rmtree(raw, ignore_errors=True)
-        log(f"  merge alone: {json.dumps(section['delta_rs_merge_alone'])}")
+        for streamed, name in ((False, "delta_rs_merge_alone"),
+                               (True, "delta_rs_merge_alone_streamed_exec")):
+            raw = _copy(base, work, "merge-table")
+            section[name] = run_step("merge", table=raw, input=inp, streamed=streamed)
+            section[name]["table_after"] = _table_facts(raw)
+            shutil.rmtree(raw, ignore_errors=True)
+            log(f"  {name}: {json.dumps(section[name])}")
+        recent_inp, recent_expected = _changes_file(work, rows, n_changes, keys, recent=True)
+        log(f"upsert-scale: upsert of {n_changes:,} changes on {keys:,} recent keys (the "
+            "table's last tenth, and new ones)")
+        rec = _sink_run("upsert", base, work, recent_inp, UPSERT_OPTIONS, task_batch_rows)
+        rec["rows_per_s"] = _rows_per_s(n_changes, rec["tasks"]["seconds"],
+                                        rec["commit"]["seconds"])
+        rec["expected"] = recent_expected
+        assert rec["table_after"]["rows"] == recent_expected["rows_after"]
+        section["upsert_recent_keys"] = rec
+        log(f"  {json.dumps(rec)}")
+        os.remove(recent_inp)
     shutil.rmtree(base, ignore_errors=True)
     os.remove(inp)
     return section
@@ -452,6 +477,13 @@ def _summary(out: dict) -> dict:
         "write_deltalake_append_s": t["write_deltalake_append"]["append"]["seconds"],
         "delta_rs_merge_alone_s": t["delta_rs_merge_alone"]["merge"]["seconds"],
         "delta_rs_merge_alone_peak_growth_mb": t["delta_rs_merge_alone"]["merge"]["peak_growth_mb"],
+        "delta_rs_merge_alone_streamed_exec_s":
+            t["delta_rs_merge_alone_streamed_exec"]["merge"]["seconds"],
+        "delta_rs_merge_alone_streamed_exec_peak_growth_mb":
+            t["delta_rs_merge_alone_streamed_exec"]["merge"]["peak_growth_mb"],
+        "upsert_recent_keys_commit_s": t["upsert_recent_keys"]["commit"]["seconds"],
+        "upsert_recent_keys_commit_peak_growth_mb":
+            t["upsert_recent_keys"]["commit"]["peak_growth_mb"],
         "ratio_upsert_vs_append_rows_per_s": round(up["rows_per_s"] / ap["rows_per_s"], 3)
         if ap["rows_per_s"] else None,
     }
@@ -485,6 +517,8 @@ def table(out: dict) -> str:
     row("append: driver commit", t["append"]["commit"])
     row("write_deltalake append", t["write_deltalake_append"]["append"])
     row("delta-rs MERGE alone", t["delta_rs_merge_alone"]["merge"])
+    row("  the same, streamed_exec=True", t["delta_rs_merge_alone_streamed_exec"]["merge"])
+    row("upsert commit, recent keys", t["upsert_recent_keys"]["commit"])
     if "tenth_table" in out:
         row(f"upsert commit, {out['tenth_table']['rows']:,}-row table",
             out["tenth_table"]["upsert"]["commit"])

@@ -24,9 +24,13 @@ def test_upsert_scale_measures_a_correct_upsert_and_append(tmp_path):
     assert (metrics["num_target_rows_inserted"], metrics["num_target_rows_updated"],
             metrics["num_target_rows_deleted"]) == (
         expected["inserted"], expected["updated"], expected["deleted"])
+    assert t["delta_rs_merge_alone_streamed_exec"]["table_after"]["rows"] == expected["rows_after"]
+    assert t["upsert_recent_keys"]["table_after"]["rows"] == t["upsert_recent_keys"][
+        "expected"]["rows_after"]
     assert t["append"]["table_after"]["rows"] == rows + changes
     for step in (t["upsert"]["tasks"], t["upsert"]["commit"], t["append"]["commit"],
-                 t["write_deltalake_append"]["append"], t["delta_rs_merge_alone"]["merge"]):
+                 t["write_deltalake_append"]["append"], t["delta_rs_merge_alone"]["merge"],
+                 t["upsert_recent_keys"]["commit"]):
         assert step["seconds"] >= 0 and step["peak_rss_mb"] >= step["rss_before_mb"] > 0
     assert out["summary"]["upsert_rows_per_s"] > 0 and out["summary"]["append_rows_per_s"] > 0
     assert "upsert: driver commit (MERGE)" in upsert_scale.table(out)
@@ -34,6 +38,8 @@ def test_upsert_scale_measures_a_correct_upsert_and_append(tmp_path):
 
 
 def test_changes_are_distinct_per_key_and_on_the_asked_keys():
+    recent = upsert_scale.changes(10_000, 3_000, 300, recent=True).column("id").to_pylist()
+    assert min(recent) >= 9_000 and len(set(recent)) == 300
     data = upsert_scale.changes(10_000, 3_000, 300)
     pairs = list(zip(data.column("id").to_pylist(), data.column("seq").to_pylist()))
     assert data.num_rows == 3_000 and len(set(pairs)) == 3_000  # a sequence unique per key
