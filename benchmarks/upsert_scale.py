@@ -80,12 +80,12 @@ def table_chunks(rows: int, chunk: int = CHUNK_ROWS):
 
 
 def write_table(path: str, rows: int) -> None:
+    """The table as a table loaded over time in key order has it: one append (one file) per
+    million rows, each file holding one range of ids."""
     from deltalake import write_deltalake
 
-    chunks = table_chunks(rows)
-    first = next(chunks)
-    reader = pa.RecordBatchReader.from_batches(first.schema, [first, *chunks])
-    write_deltalake(path, reader, mode="error")
+    for chunk in table_chunks(rows):
+        write_deltalake(path, chunk, mode="append")
 
 
 def changes(table_rows: int, n_changes: int, keys: int, seed: int = 23, *,
