@@ -438,6 +438,14 @@ def _measure_table(work: str, rows: int, n_changes: int, keys: int, task_batch_r
         assert rec["table_after"]["rows"] == recent_expected["rows_after"]
         section["upsert_recent_keys"] = rec
         log(f"  {json.dumps(rec)}")
+        for streamed, name in ((False, "delta_rs_merge_alone_recent_keys"),
+                               (True, "delta_rs_merge_alone_recent_keys_streamed_exec")):
+            raw = _copy(base, work, "merge-table")
+            section[name] = run_step("merge", table=raw, input=recent_inp, streamed=streamed)
+            section[name]["table_after"] = _table_facts(raw)
+            assert section[name]["table_after"]["rows"] == recent_expected["rows_after"]
+            shutil.rmtree(raw, ignore_errors=True)
+            log(f"  {name}: {json.dumps(section[name])}")
         os.remove(recent_inp)
     shutil.rmtree(base, ignore_errors=True)
     os.remove(inp)
@@ -482,6 +490,10 @@ def _summary(out: dict) -> dict:
         "delta_rs_merge_alone_streamed_exec_peak_growth_mb":
             t["delta_rs_merge_alone_streamed_exec"]["merge"]["peak_growth_mb"],
         "upsert_recent_keys_commit_s": t["upsert_recent_keys"]["commit"]["seconds"],
+        "delta_rs_merge_alone_recent_keys_s":
+            t["delta_rs_merge_alone_recent_keys"]["merge"]["seconds"],
+        "delta_rs_merge_alone_recent_keys_streamed_exec_s":
+            t["delta_rs_merge_alone_recent_keys_streamed_exec"]["merge"]["seconds"],
         "upsert_recent_keys_commit_peak_growth_mb":
             t["upsert_recent_keys"]["commit"]["peak_growth_mb"],
         "ratio_upsert_vs_append_rows_per_s": round(up["rows_per_s"] / ap["rows_per_s"], 3)
@@ -519,6 +531,9 @@ def table(out: dict) -> str:
     row("delta-rs MERGE alone", t["delta_rs_merge_alone"]["merge"])
     row("  the same, streamed_exec=True", t["delta_rs_merge_alone_streamed_exec"]["merge"])
     row("upsert commit, recent keys", t["upsert_recent_keys"]["commit"])
+    row("  delta-rs MERGE alone, recent keys", t["delta_rs_merge_alone_recent_keys"]["merge"])
+    row("    the same, streamed_exec=True",
+        t["delta_rs_merge_alone_recent_keys_streamed_exec"]["merge"])
     if "tenth_table" in out:
         row(f"upsert commit, {out['tenth_table']['rows']:,}-row table",
             out["tenth_table"]["upsert"]["commit"])
