@@ -139,10 +139,10 @@ def test_delta_long_run_reports_every_configuration_and_keeps_the_other_sections
     assert "| compaction off, default checkpoint interval |" in stdout
 
 
-#: The smoke test's pipelines: the floor and each sink end to end in one of the two read modes
-#: (all nine take three times as long; the others are the same code paths).
-LATENCY_PIPELINES = ("rate_noop", "kafka_eos_kafka_eos", "driver_kafka_eos_delta_eos")
-EXACTLY_ONCE_PIPELINES = ("kafka_eos_kafka_eos", "driver_kafka_eos_delta_eos")
+#: The smoke test's pipelines: the floor and one exactly-once pipeline end to end (all nine
+#: take four times as long; the others run the same measuring code on other formats).
+LATENCY_PIPELINES = ("rate_noop", "driver_kafka_eos_delta_eos")
+EXACTLY_ONCE_PIPELINES = ("driver_kafka_eos_delta_eos",)
 
 
 @pytest.mark.timeout(420)
@@ -183,13 +183,12 @@ def test_latency_section_reports_every_pipeline_and_keeps_the_other_sections(tmp
             assert 0 < e["p50_ms"] <= e["p99_ms"] <= e["max_ms"], (name, e)
         else:
             assert "end_to_end" not in res, name
-    # Each kafka-eos pipeline reads an input topic of its own (the broker's fetch cost grows
-    # with the partition's length).
+    # The kafka-eos pipeline reads an input topic of its own, named in its figures.
     inputs = [r["input_topic"] for n, r in section["pipelines"].items() if "kafka_eos_" in n]
-    assert len(inputs) == 2 and len(set(inputs)) == 2, inputs
+    assert len(inputs) == 1 and inputs[0], inputs
     assert section["floor_p50_ms"] == section["pipelines"]["rate_noop"]["trigger_execution_ms_p50"]
     assert set(section["targets"]) == {  # those of the pipelines run, and the kept one
-        "kafka_eos_kafka_eos_p50_vs_floor", "kafka_eos_delta_eos_p50_vs_floor[readMode=driver]",
+        "kafka_eos_delta_eos_p50_vs_floor[readMode=driver]",
         "kafka_sink_exactly_once_vs_at_least_once[100 B]"}
     for t in section["targets"].values():
         assert isinstance(t["met"], bool) and t["target"]

@@ -9,22 +9,21 @@ that listener only, so a client that follows metadata cannot leave it).
 
 One killed-and-restarted sequence per scenario (a Spark start per row), as the crash matrices
 do: `kafka-eos` -> `kafka-eos` over SASL_SSL with SCRAM-SHA-512 and over SSL with client
-certificates; `kafka-eos` -> `delta-eos` reading over SASL_SSL.
+certificates. `kafka-eos` -> `delta-eos` and `kafka-eos` reading over SASL_SSL is the demo's
+secured test (integration_tests/test_demo_secured.py).
 """
 
 from __future__ import annotations
 
 import collections
 import json
-import os
 
 import pytest
 
 from connectors.testing.kafka_oracle import committed, read_partition
 from connectors.testing.secured import SecuredBroker
-from integration_tests.delta_oracle import assert_exactly_once
 from integration_tests.kafka_data import create_topic, produce, unique_topic
-from integration_tests.processes import log_tail, run_kill_sequence, run_pipeline
+from integration_tests.processes import log_tail, run_kill_sequence
 from integration_tests.secured import secured_cluster
 
 PIPELINE = "integration_tests.pipelines.eos_pipeline"
@@ -90,16 +89,3 @@ def test_kafka_to_kafka_exactly_once_over_sasl_ssl_scram(sasl_ssl, tmp_path):
 
 def test_kafka_to_kafka_exactly_once_over_mutual_tls(mtls, tmp_path):
     _kafka_to_kafka(mtls, tmp_path, "mtls", ["after_decision"])
-
-
-def test_kafka_to_delta_reading_over_sasl_ssl(sasl_ssl, tmp_path):
-    """The source's consumers over SASL_SSL feeding a sink that speaks no Kafka. One run: the
-    kills of the recovery over a secured listener are the Kafka-to-Kafka tests'."""
-    topic, expected, paths, env = _input(sasl_ssl, tmp_path, "sasl-delta")
-    table = str(tmp_path / "table")
-    args = ["--bootstrap", sasl_ssl.bootstrap_servers, "--topic", topic,
-            "--checkpoint", paths["checkpoint"], "--table", table, "--max-per-trigger", "30"]
-    run_pipeline(PIPELINE, *args, log_path=paths["log"], env=env)
-    assert_exactly_once(table, expected)
-    _no_secret_in(log_tail(paths["log"], 10**8), sasl_ssl)
-    assert os.path.isdir(os.path.join(table, "_delta_log"))
