@@ -542,6 +542,36 @@ def table(out: dict) -> str:
     return "\n".join(lines)
 
 
+def tables(sizes: list[int], *, n_changes: int = 1_000_000, keys: int = 100_000,
+           repeats: int = 2, log=print) -> dict:
+    """The upsert commit alone (same batch size) into tables of each size, `repeats` times
+    each, alternating: does its peak memory follow the table? (`python -m
+    benchmarks.upsert_scale tables 1000000,10000000,20000000`)"""
+    from benchmarks.common import load_average, metrics_file
+
+    metrics_file()
+    out: dict = {"changes": n_changes, "keys": keys, "load_average": {"start": load_average()},
+                 "tables": {}}
+    work = tempfile.mkdtemp(prefix="upsert-scale-tables-")
+    try:
+        for r in range(repeats):
+            for rows in sizes:
+                section = _measure_table(work, rows, n_changes, keys, 10_000, full=False, log=log)
+                c = section["upsert"]["commit"]
+                out["tables"].setdefault(str(rows), []).append(
+                    {"commit_s": c["seconds"], "peak_growth_mb": c["peak_growth_mb"],
+                     "peak_rss_mb": c["peak_rss_mb"], "phases": c["phases"]})
+                log(f"  run {r + 1}, {rows:,} rows: {out['tables'][str(rows)][-1]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out["load_average"]["end"] = load_average()
+    return out
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "tables":
+        print(json.dumps(tables([int(x) for x in sys.argv[2].split(",")],
+                                log=lambda m: print(m, file=sys.stderr, flush=True)), indent=1))
+        sys.exit(0)
     step, spec_json = sys.argv[1:3]
     print(json.dumps(STEPS[step](json.loads(spec_json))))
