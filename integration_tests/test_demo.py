@@ -91,11 +91,11 @@ def test_demo_upsert_with_chaos_ends_with_the_fold(tmp_path: Path, bootstrap: st
     from connectors.testing.kafka_oracle import committed
     from integration_tests.test_delta_upsert_crash_matrix import fold
 
-    records = 3000
+    records = 2000  # 4 batches of 500 and the drain: about a minute with two Spark starts
     proc = subprocess.run(
         [sys.executable, "-m", "connectors", "demo", "--upsert", "--bootstrap-servers", bootstrap,
-         "--records", str(records), "--rate", "0", "--partitions", "3",
-         "--max-offsets-per-trigger", "300", "--chaos", "1", "--seed", str(UPSERT_SEED),
+         "--records", str(records), "--rate", "0", "--partitions", "2",
+         "--max-offsets-per-trigger", "500", "--chaos", "1", "--seed", str(UPSERT_SEED),
          "--output-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )
