@@ -309,7 +309,8 @@ def run_step(step: str, **spec) -> dict:
     proc = subprocess.run([sys.executable, "-m", "benchmarks.upsert_scale", step,
                            json.dumps(spec)], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"upsert-scale step {step} failed: {proc.stderr[-3000:]}")
+        raise RuntimeError(f"upsert-scale step {step} failed (exit status {proc.returncode}): "
+                           f"{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
