@@ -84,17 +84,17 @@ KILL_POINTS = ["task_write", "after_precommit", "after_decision", "after_store_c
 
 
 #: Runs (0-based: run k is killed at KILL_POINTS[k]) whose Python workers start without Spark's
-#: daemon (spark.python.use.daemon=false, workers started as `python -m ...`): the runs that
-#: recover after_precommit (abort the undecided), after_decision (commit the decided) and
-#: after_store_commit (finish a half-committed batch), the recoveries the old stack-walking
-#: role check never ran there. Runs 0 and 1, and the last (which recovers after_commit), keep
-#: the daemon.
-NO_DAEMON_RUNS = (2, 3, 4)
+#: daemon (spark.python.use.daemon=false, workers started as `python -m ...`): one run, the
+#: one that recovers after_decision (commit the decided), the recovery the old stack-walking
+#: role check never ran there. One such run per matrix: its batches cost some 20 s each (a
+#: fresh Python per task), and the other recoveries' code is the same in either mode. The
+#: other runs keep the daemon.
+NO_DAEMON_RUNS = (3,)
 
 
 def test_kill_at_every_protocol_point_then_restart(pipeline):
-    """One kill point per batch, in one killed-and-restarted sequence, with the runs that
-    recover the deciding points started with spark.python.use.daemon=false (NO_DAEMON_RUNS).
+    """One kill point per batch, in one killed-and-restarted sequence, with the run that
+    recovers after_decision started with spark.python.use.daemon=false (NO_DAEMON_RUNS).
     The last run, which goes to the end, fails a task of its first new batch: Spark's retry
     must leave neither a duplicate nor an orphan file."""
     args, paths, expected = pipeline
