@@ -1,0 +1,169 @@
+"""Side by side with what users run today (issue 22, items 2 and 4): delta-spark reads the tables
+`delta-eos` writes, and Spark's own Kafka connector reads `kafka-eos` output exactly once.
+
+One subprocess, one PySpark 4.2.0 session (the newest Spark whose jars Maven Central serves and
+that delta-spark supports) with delta-spark 4.4.0 and `spark-sql-kafka-0-10` 4.2.0 beside this
+package's formats, on the suite's broker: `integration_tests/peers_session.py` writes and reads,
+this test judges what it saw. The peers' environment and jars are made once into the cache the
+broker's jars live in (connectors/testing/peers.py); where they cannot be had the test fails,
+naming what is missing: CI machines reach PyPI and Maven Central, so a skip would hide a broken
+lane. It runs on PySpark 4.2, so it is also the package's own proof of running there (its
+sources, both sinks, registration by PySpark's static lookup of the `pyspark_*` modules).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from connectors.testing.kafka_oracle import committed, read_partition
+from connectors.testing.peers import (
+    DELTA_SPARK_VERSION,
+    PYSPARK_VERSION,
+    PeersUnavailable,
+    peer_environment,
+)
+from integration_tests.kafka_data import create_topic, produce, unique_topic
+from integration_tests.peers_session import FILES, ROWS_PER_FILE
+from sinks.faults import ENV as FAULTS_ENV
+from sources.batch_metrics import SOURCE_METRICS_ENV
+from sources.consumer_pool import STATS_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTITIONS = 4
+PER_PARTITION = 25
+MAX_OFFSETS_PER_TRIGGER = 50  # 100 records: two micro-batches per stream
+#: The session takes about a minute; a hung one fails the lane well within the suite's budget.
+SESSION_TIMEOUT_S = 420
+
+
+@pytest.fixture(scope="module")
+def observed(broker, tmp_path_factory) -> dict:
+    try:
+        python, env = peer_environment({
+            # batch 1's task 1 of each stream fails once after writing, and is retried
+            FAULTS_ENV: "task_fail@1/1",
+            "TZ": "UTC",
+        })
+    except PeersUnavailable as e:
+        pytest.fail(f"the peers' environment (PySpark {PYSPARK_VERSION}, delta-spark "
+                    f"{DELTA_SPARK_VERSION}, Spark's Kafka connector) cannot be had: {e}")
+    for name in (STATS_ENV, SOURCE_METRICS_ENV):  # other tests' counters: not for this run
+        env.pop(name, None)
+    bootstrap = broker.bootstrap_servers
+    topics = {name: unique_topic(f"peers-{name}") for name in ("in", "out", "spark-out")}
+    for topic in topics.values():
+        create_topic(bootstrap, topic, PARTITIONS)
+    produced = produce(bootstrap, topics["in"], PARTITIONS, PER_PARTITION, headers=True)
+    work = tmp_path_factory.mktemp("peers")
+    spec = {"bootstrap": bootstrap, "workdir": str(work), "in_topic": topics["in"],
+            "out_topic": topics["out"], "spark_out_topic": topics["spark-out"],
+            "partitions": PARTITIONS, "max_offsets_per_trigger": MAX_OFFSETS_PER_TRIGGER}
+    (work / "spec.json").write_text(json.dumps(spec))
+    started = time.monotonic()
+    log = work / "session.log"
+    with open(log, "w") as output:
+        try:
+            result = subprocess.run(
+                [str(python), "-m", "integration_tests.peers_session", str(work / "spec.json"),
+                 str(work / "result.json")],
+                cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=SESSION_TIMEOUT_S)
+            failure = f"failed (exit {result.returncode})" if result.returncode else ""
+        except subprocess.TimeoutExpired:
+            failure = f"did not end within {SESSION_TIMEOUT_S} s"
+    if failure:
+        pytest.fail(f"the peers' session {failure}; its log ({log}) ends:\n"
+                    f"{log.read_text(errors='replace')[-6000:]}")
+    out = json.loads((work / "result.json").read_text())
+    print(f"\npeers' session: {time.monotonic() - started:.0f} s (Spark start "
+          f"{out['session_start_s']} s; {out['timings_s']})")
+    return {"result": out, "produced": produced, "topics": topics, "bootstrap": bootstrap}
+
+
+def test_the_session_is_pyspark_4_2_with_the_package_found_by_pyspark_itself(observed):
+    result = observed["result"]
+    assert (result["pyspark"], result["spark"]) == (PYSPARK_VERSION, PYSPARK_VERSION)
+
+
+def test_delta_spark_reads_an_unpartitioned_delta_eos_table_as_delta_rs_does(observed):
+    t = observed["result"]["unpartitioned"]
+    assert len(t["written_rows"]) == FILES * ROWS_PER_FILE
+    assert t["delta_spark_rows"] == t["written_rows"]
+    assert t["delta_rs_rows"] == t["written_rows"]
+    detail = t["delta_spark_detail"]
+    assert detail["numFiles"] == t["delta_rs_files"] == FILES
+    assert detail["partitionColumns"] == t["delta_rs_partition_columns"] == []
+    assert [detail["minReaderVersion"], detail["minWriterVersion"]] == t["delta_rs_protocol"]
+    # one commit per batch job, the same versions and operations through both engines
+    assert t["delta_spark_history"] == t["delta_rs_history"]
+    versions = [h["version"] for h in t["delta_spark_history"]]
+    assert versions == list(range(len(versions))) and len(versions) >= t["commits"]
+
+
+def test_delta_spark_skips_files_by_the_statistics_delta_eos_wrote(observed):
+    skipping = observed["result"]["unpartitioned"]["skipping"]
+    assert skipping == {"files_without_filter": FILES, "files_for_one_id": 1,
+                        "rows_for_one_id": 1}
+
+
+def test_delta_spark_reads_a_partitioned_table_a_delta_eos_stream_wrote(observed):
+    t = observed["result"]["partitioned"]
+    assert t["batches"] == 2
+    expected = sorted((r.key.decode(), r.value.decode(), r.partition, r.offset)
+                      for r in observed["produced"])
+    assert len(expected) == PARTITIONS * PER_PARTITION
+    seen = sorted((r["key"], r["value"], r["partition"], r["offset"])
+                  for r in t["delta_spark_rows"])
+    assert seen == expected  # every record once, after a retried task
+    assert t["delta_spark_rows"] == t["delta_rs_rows"]  # timestamps included
+    detail = t["delta_spark_detail"]
+    assert detail["partitionColumns"] == t["delta_rs_partition_columns"] == ["partition"]
+    assert detail["numFiles"] == t["delta_rs_files"]
+    assert [detail["minReaderVersion"], detail["minWriterVersion"]] == t["delta_rs_protocol"]
+    assert t["delta_spark_history"] == t["delta_rs_history"]
+    assert len(t["delta_spark_history"]) >= t["batches"]
+    pruning = t["pruning"]
+    assert pruning["files_without_filter"] == t["delta_rs_files"]
+    assert 0 < pruning["files_for_partition_0"] == pruning["delta_rs_files_of_partition_0"] \
+        < pruning["files_without_filter"]
+
+
+def test_format_kafka_read_committed_reads_kafka_eos_output_exactly_once(observed):
+    k = observed["result"]["kafka"]
+    assert k["batches"] == 2  # the injected task failure was in batch 1
+    produced = Counter((r.key.hex(), r.value.hex()) for r in observed["produced"])
+    seen = Counter((r["key"], r["value"]) for r in k["read_committed"])
+    assert seen == produced, (
+        f"duplicates {sorted((seen - produced).elements())[:5]}, missing "
+        f"{sorted((produced - seen).elements())[:5]}")
+    # what the marker-aware oracle counts as committed, at the same offsets
+    oracle = committed(observed["bootstrap"], observed["topics"]["out"])
+    assert sorted((r.partition, r.offset) for r in oracle) == sorted(
+        (r["partition"], r["offset"]) for r in k["read_committed"])
+    # The retried task's first attempt was aborted before its records left the producer
+    # (measured: read_uncommitted showed none of them), so this does not yet show
+    # read_committed hiding aborted records in the log (issue 22, what is left).
+    aborted = sum(len(read_partition(observed["bootstrap"], observed["topics"]["out"], p).aborted)
+                  for p in range(PARTITIONS))
+    assert len(k["read_uncommitted"]) == len(k["read_committed"]) + aborted
+
+
+def test_keyed_rows_land_on_the_same_partitions_through_both_kafka_sinks(observed):
+    k = observed["result"]["kafka"]
+    ours = {r["key"]: r["partition"] for r in k["read_committed"]}
+    spark = {r["key"]: r["partition"] for r in k["spark_sink"]}
+    assert len(spark) == len(k["spark_sink"]) == PARTITIONS * PER_PARTITION
+    assert ours == spark
+    assert len(set(ours.values())) > 1  # the keys spread: a comparison, not a constant
+
+
+def test_both_sources_read_the_same_rows_in_every_column(observed):
+    k = observed["result"]["kafka"]
+    assert len(k["input_by_format_kafka"]) == PARTITIONS * PER_PARTITION
+    assert all(row["headers"] for row in k["input_by_format_kafka"])
+    assert k["input_by_format_kafka_eos"] == k["input_by_format_kafka"]
