@@ -5,6 +5,8 @@ KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
     python -m benchmarks                       # the full run (about 10 minutes on 2 cores)
     python -m benchmarks --quick               # tiny inputs: checks that it all runs
     python -m benchmarks --output-dir DIR      # where results.json and chart.png go
+    python -m benchmarks --peers               # kafka-eos vs Spark's own format("kafka") source
+                                               # into noop, PySpark 4.2.0 (benchmarks/peers.py)
     python -m benchmarks --delta-long-run [--batches 1000]
                                                # delta-eos over 1,000 batches (about 12 minutes
                                                # on 2 cores; no broker, no Spark): merged into
@@ -114,6 +116,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="changes in the upsert-scale batch (default 1000000)")
     ap.add_argument("--upsert-keys", type=int, default=100_000,
                     help="keys those changes are on (default 100000)")
+    ap.add_argument("--peers", action="store_true",
+                    help="only the peers lane (benchmarks/peers.py): kafka-eos against Spark's "
+                         "own format(\"kafka\") source into noop, in a PySpark 4.2.0 session of "
+                         "the peers' environment (made once in the broker jars' cache); figures "
+                         "to DIR/peers.json")
+    ap.add_argument("--peers-partitions", type=int, default=4,
+                    help="Kafka partitions of the peers lane's topics (default 4)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny inputs (seconds, not minutes): checks the benchmark runs, "
                          "the figures mean nothing")
@@ -355,6 +364,10 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.peers:
+        from benchmarks import peers
+
+        return peers.run(args, argv)
     only = set(args.only.split(","))
     if only == {"delta-long-run"}:
         return long_run_only(args, argv)
