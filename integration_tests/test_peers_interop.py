@@ -34,6 +34,9 @@ from sinks.faults import ENV as FAULTS_ENV
 from sources.batch_metrics import SOURCE_METRICS_ENV
 from sources.consumer_pool import STATS_ENV
 
+#: Deselected by default (pyproject.toml's addopts): `python -m pytest -m peers integration_tests`.
+pytestmark = pytest.mark.peers
+
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 4
 PER_PARTITION = 25
