@@ -302,23 +302,8 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
         events = sample_events(cfg.records, users=max(100, cfg.partitions * 25), seed=seed)
         producer = EventProducer(bootstrap, input_topic, cfg.partitions, events, cfg.rate,
                                  client_config=dict(cfg.kafka_config))
-        pipeline = Pipeline(
-            [
-                "--bootstrap-servers", bootstrap,
-                "--input-topic", input_topic,
-                "--output-topic", output_topic,
-                "--table", paths["table"],
-                "--checkpoints", paths["checkpoints"],
-                "--stop-file", paths["stop"],
-                "--ready-file", paths["ready"],
-                "--trigger-ms", str(cfg.trigger_ms),
-                "--max-offsets-per-trigger", str(cfg.max_offsets_per_trigger),
-            ],
-            paths["log"],
-            # the client settings go in the environment, never in argv (ps shows argv)
-            {**os.environ, METRICS_ENV: paths["metrics"],
-             **kafka_config.to_env(cfg.kafka_config)},
-        )
+        pipeline = _pipeline(cfg, bootstrap, input_topic, paths,
+                             ["--output-topic", output_topic])
         print(
             f"Producing {cfg.records:,} events to {input_topic} ({cfg.partitions} partitions, "
             f"{'as fast as possible' if cfg.rate <= 0 else f'{cfg.rate:,.0f}/s'}); "
@@ -362,6 +347,28 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
     return 0 if ok else 1
 
 
+def _pipeline(cfg: DemoConfig, bootstrap: str, input_topic: str, paths: dict[str, str],
+              mode_args: list[str]) -> Pipeline:
+    """The demo's pipeline process, in append mode (`--output-topic`) or upsert mode
+    (`--upsert`): the same topic, table, checkpoints, control files and triggers either way."""
+    return Pipeline(
+        [
+            "--bootstrap-servers", bootstrap,
+            "--input-topic", input_topic,
+            *mode_args,
+            "--table", paths["table"],
+            "--checkpoints", paths["checkpoints"],
+            "--stop-file", paths["stop"],
+            "--ready-file", paths["ready"],
+            "--trigger-ms", str(cfg.trigger_ms),
+            "--max-offsets-per-trigger", str(cfg.max_offsets_per_trigger),
+        ],
+        paths["log"],
+        # the client settings go in the environment, never in argv (ps shows argv)
+        {**os.environ, METRICS_ENV: paths["metrics"], **kafka_config.to_env(cfg.kafka_config)},
+    )
+
+
 def _run_upsert(cfg: DemoConfig, paths: dict[str, str], input_topic: str, seed: int,
                 rng: random.Random, started: float, run_dir: str, out: TextIO) -> int:
     """`demo --upsert`: Debezium-style change events of a `customers` table (inserts, updates,
@@ -376,22 +383,7 @@ def _run_upsert(cfg: DemoConfig, paths: dict[str, str], input_topic: str, seed: 
         changes = sample_changes(cfg.records, keys=cfg.upsert_keys, seed=seed)
         producer = EventProducer(bootstrap, input_topic, cfg.partitions, changes, cfg.rate,
                                  client_config=dict(cfg.kafka_config))
-        pipeline = Pipeline(
-            [
-                "--bootstrap-servers", bootstrap,
-                "--input-topic", input_topic,
-                "--upsert",
-                "--table", paths["table"],
-                "--checkpoints", paths["checkpoints"],
-                "--stop-file", paths["stop"],
-                "--ready-file", paths["ready"],
-                "--trigger-ms", str(cfg.trigger_ms),
-                "--max-offsets-per-trigger", str(cfg.max_offsets_per_trigger),
-            ],
-            paths["log"],
-            {**os.environ, METRICS_ENV: paths["metrics"],
-             **kafka_config.to_env(cfg.kafka_config)},
-        )
+        pipeline = _pipeline(cfg, bootstrap, input_topic, paths, ["--upsert"])
         print(
             f"Producing {cfg.records:,} Debezium-style changes of {cfg.upsert_keys:,} keys to "
             f"{input_topic} ({cfg.partitions} partitions, "
