@@ -89,8 +89,8 @@ def start_queries(
     # --kafka-config's settings (TLS, SASL), as the connectors' kafka.* options
     security = {f"kafka.{k}": v for k, v in args.kafka_config.items()}
 
-    def enriched() -> DataFrame:
-        source = (
+    def source() -> DataFrame:
+        return (
             spark.readStream.format("kafka-eos")
             .options(**security)
             .option("kafka.bootstrap.servers", args.bootstrap_servers)
@@ -99,7 +99,9 @@ def start_queries(
             .option("maxOffsetsPerTrigger", str(limit))
             .load()
         )
-        return enrich(source)
+
+    def enriched() -> DataFrame:
+        return enrich(source())
 
     def trigger(writer):
         if drain:
@@ -107,17 +109,8 @@ def start_queries(
         return writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
 
     if args.upsert:
-        source = (
-            spark.readStream.format("kafka-eos")
-            .options(**security)
-            .option("kafka.bootstrap.servers", args.bootstrap_servers)
-            .option("subscribe", args.input_topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(limit))
-            .load()
-        )
         upsert = trigger(
-            debezium_changes(source)
+            debezium_changes(source())
             .writeStream.format("delta-eos")
             .queryName("demo-delta-upsert")
             .options(**UPSERT_OPTIONS)
