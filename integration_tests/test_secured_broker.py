@@ -352,12 +352,14 @@ def test_wrong_credentials_refused_by_kafka_python(brokers: dict, scenario: tupl
     _assert_refused_by_broker(error, SaslAuthenticationFailedError, "Authentication failed")
 
 
-def _assert_refused_by_broker(error: BaseException | None, answer: type, text: str) -> None:
-    """kafka-python saw the broker's refusal `answer` (with `text`), or, as its 3.0.12 drops an
-    answer that arrives with the connection's close, the bare disconnection."""
+def _assert_refused_by_broker(error: BaseException | None, answer: type,
+                              text: str | None) -> None:
+    """kafka-python saw the broker's refusal `answer` (with `text`, where kafka-python carries the
+    broker's words), or, as its 3.0.12 drops an answer that arrives with the connection's close,
+    the bare disconnection."""
     assert error is not None, "the connection was accepted"
     if isinstance(error, answer):
-        assert text in str(error), repr(error)
+        assert text is None or text in str(error), repr(error)
     else:
         assert isinstance(error, KafkaConnectionError), repr(error)
         assert "socket disconnected" in str(error), repr(error)
@@ -372,7 +374,8 @@ class _Token:
 
 def test_mechanism_not_enabled_refused(sasl_ssl: SecuredBroker) -> None:
     """A client set up for OAUTHBEARER against the listener (SCRAM-SHA-512, SCRAM-SHA-256 and
-    PLAIN enabled) is told which mechanisms the listener has, by both clients, within seconds."""
+    PLAIN enabled) is refused within seconds: librdkafka names the mechanisms the listener has,
+    kafka-python reports UNSUPPORTED_SASL_MECHANISM (or the bare disconnection)."""
     error, seconds, _ = _first_error(
         _conf(sasl_ssl, **{"sasl.mechanisms": "OAUTHBEARER",
                            "enable.sasl.oauthbearer.unsecure.jwt": "true",
@@ -382,7 +385,9 @@ def test_mechanism_not_enabled_refused(sasl_ssl: SecuredBroker) -> None:
     assert seconds < 5
     error = _kafka_python_connect(_kafka_python_conf(
         sasl_ssl, sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=_Token()))
-    _assert_refused_by_broker(error, UnsupportedSaslMechanismError, "SCRAM-SHA-512")
+    # kafka-python 3.0.12 raises a SaslHandshake error code as the bare error class, without the
+    # mechanisms the broker listed (librdkafka, above, shows them): CI saw exactly that.
+    _assert_refused_by_broker(error, UnsupportedSaslMechanismError, None)
 
 
 def test_non_sasl_request_before_authentication_closes(sasl_plaintext: SecuredBroker) -> None:
