@@ -193,6 +193,12 @@ def inspect_checkpoint(location: str, *, batches: int | None = DEFAULT_BATCHES,
         if steps != ["nothing"]:
             restart.append(f"batch {b}: " + "; ".join(steps))
         reports.append(report)
+    leftovers = cp.unfinished_first_offsets()
+    if leftovers:
+        restart.insert(0, f"fail: Spark refuses to start, as offsets/ holds the unfinished "
+                          f"write of batch 0's offsets ({', '.join(leftovers)}), left by a kill "
+                          "while Spark wrote it; nothing was read or written for batch 0: "
+                          "`kafka-eos resolve --apply` removes it")
     idle = idle_seconds(cp, now)
     return redact({
         "checkpoint": cp.location,

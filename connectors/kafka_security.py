@@ -648,8 +648,16 @@ def connection_hint(conf: Mapping[str, str], detail: str) -> str:
     else:
         hint = (f"check kafka.bootstrap.servers and kafka.security.protocol ({protocol}): does "
                 "the listener at that address speak it?")
-    if tls and not _has_client_certificate(conf) and any(w in d for w in _DROPPED):
+    dropped = any(w in d for w in _DROPPED)
+    if tls and not _has_client_certificate(conf) and dropped:
         hint += ("; and if the broker requires client certificates (mTLS), set "
                  "kafka.ssl.certificate.location and kafka.ssl.key.location (or "
                  "kafka.ssl.keystore.location)")
+    if protocol.startswith("SASL_") and dropped:
+        # A broker closes the connection right after refusing SASL credentials, and
+        # kafka-python 3.0.12 drops an answer read together with the close: a bare
+        # disconnection may be a refusal of the credentials.
+        hint += ("; a connection dropped during authentication can also be the broker "
+                 "refusing the SASL credentials: check kafka.sasl.username, kafka.sasl.password "
+                 "and kafka.sasl.mechanism (or kafka.sasl.jaas.config)")
     return hint

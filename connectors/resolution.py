@@ -261,11 +261,14 @@ def resolve_checkpoint(location: str, store: StoreOptions, *, apply: bool, force
         if apply:
             entry.update(_apply(cp, txlog, plan, store))
         batches.append(entry)
+    # A kill while Spark wrote batch 0's offsets: Spark refuses to start until it is gone.
+    leftovers = cp.remove_unfinished_first_offsets() if apply else cp.unfinished_first_offsets()
     return redact({
         "checkpoint": cp.location,
         "applied": apply,
-        "nothing_to_do": not batches,
+        "nothing_to_do": not batches and not leftovers,
         "batches": batches,
+        "unfinished_first_offsets": leftovers,
     })
 
 
@@ -289,6 +292,11 @@ def render_text(report: dict[str, Any]) -> str:
         return "\n".join(lines) + "\n"
     verb = "resolved" if report["applied"] else "would resolve (dry run; --apply to act)"
     lines.append(f"  {verb}:")
+    if report.get("unfinished_first_offsets"):
+        lines.append("    Spark's unfinished write of batch 0's offsets ("
+                     + ", ".join(report["unfinished_first_offsets"])
+                     + "): " + ("removed" if report["applied"] else "would be removed")
+                     + "; the query starts as a new query")
     for b in report["batches"]:
         sink = ", ".join(b["sink"]) or "no handles"
         lines.append(f"    batch {b['batch']} ({sink}): " + "; ".join(b["steps"]))

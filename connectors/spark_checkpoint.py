@@ -104,6 +104,23 @@ class SparkCheckpoint:
             return None
         return parse_offsets_file(batch_id, raw)
 
+    def unfinished_first_offsets(self) -> list[str]:
+        """What a kill while Spark wrote batch 0's offsets leaves: its temporary file (and
+        Hadoop's .crc of it) in an offsets/ that holds no batch. Spark 4 then refuses to start
+        the query (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: offsets/ "should be empty on
+        batch 0"), though nothing was read or written for that batch."""
+        if self.offset_batches():
+            return []
+        names = self._names(f"{self.root}/offsets") or []
+        return sorted(n for n in names if n.startswith(".") and ".tmp" in n)
+
+    def remove_unfinished_first_offsets(self) -> list[str]:
+        """Delete `unfinished_first_offsets()`, so the query starts as the new query it is."""
+        names = self.unfinished_first_offsets()
+        for name in names:
+            self.fs.delete_file(f"{self.root}/offsets/{name}")
+        return names
+
     def newest_write(self) -> tuple[float, str] | None:
         """The newest modification time (seconds since the epoch) of a file in the offset log,
         the commit log or the sink's transaction log, and that file: how recently a query

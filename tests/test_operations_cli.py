@@ -221,3 +221,49 @@ def test_resolve_settles_a_batch_without_handles_with_no_store_flags(tmp_path, c
     assert not os.path.exists(os.path.join(path, "eos-sink", "5"))
     rc, out, _ = run(capsys, "resolve", path, "--apply", "--force")
     assert rc == 0 and "nothing to do" in out
+
+
+@pytest.fixture
+def killed_at_first_offsets(tmp_path):
+    """A query SIGKILLed while Spark wrote batch 0's offsets (as the demo's chaos once did on a
+    loaded machine): metadata, an empty commits/, and only Spark's temporary file (and its
+    .crc) in offsets/. Spark 4 then refuses to start: offsets/ "should be empty on batch 0"."""
+    path = tmp_path / "ckpt"
+    (path / "offsets").mkdir(parents=True)
+    (path / "commits").mkdir()
+    (path / "metadata").write_text('{"id":"q-1"}')
+    (path / "offsets" / ".0.7c4c1ae3-1634-485a-a554-f4557bce61e6.tmp").write_text(
+        f"v1\n{META}\n" + '{"in":{"0":0}}')
+    (path / "offsets" / "..0.7c4c1ae3-1634-485a-a554-f4557bce61e6.tmp.crc").write_bytes(b"c")
+    old = time.time() - 3600
+    for f in (path / "offsets").iterdir():
+        os.utime(f, (old, old))
+    return str(path)
+
+
+def test_inspect_says_a_restart_fails_on_an_unfinished_first_offsets_write(killed_at_first_offsets):
+    report = inspect_checkpoint(killed_at_first_offsets)
+    assert report["restart"][0].startswith("fail: Spark refuses to start")
+    assert ".0.7c4c1ae3-1634-485a-a554-f4557bce61e6.tmp" in report["restart"][0]
+    assert "kafka-eos resolve --apply" in report["restart"][0]
+
+
+def test_resolve_removes_an_unfinished_first_offsets_write(killed_at_first_offsets, capsys):
+    offsets = os.path.join(killed_at_first_offsets, "offsets")
+    rc, out, _ = run(capsys, "resolve", killed_at_first_offsets)
+    assert rc == 0 and "would be removed" in out and len(os.listdir(offsets)) == 2
+    rc, out, _ = run(capsys, "resolve", killed_at_first_offsets, "--apply")
+    assert rc == 0 and "removed" in out
+    assert os.listdir(offsets) == []
+    assert inspect_checkpoint(killed_at_first_offsets)["restart"] == [
+        "nothing: the checkpoint is settled"]
+
+
+def test_a_logged_batch_keeps_spark_temporary_files_out_of_reach(ckpt, capsys):
+    """With batches logged, a temporary file is Spark's own business (a write in progress, or
+    one Spark ignores): neither reported nor removed."""
+    tmp = os.path.join(ckpt, "offsets", ".3.abc.tmp")
+    open(tmp, "w").close()
+    assert not any(r.startswith("fail") for r in inspect_checkpoint(ckpt)["restart"])
+    run(capsys, "resolve", ckpt)
+    assert os.path.exists(tmp)

@@ -471,6 +471,7 @@ def _conduct(
                       "restarting on the same checkpoints", file=out, flush=True)
                 if kills == 1:
                     _print_inspection(paths["checkpoints"], out, cfg.queries)
+                _clear_unfinished_first_offsets(paths["checkpoints"], out, cfg.queries)
                 os.remove(paths["ready"])
                 pipeline.start()
                 kill_at = None
@@ -517,6 +518,23 @@ def _print_inspection(checkpoints: str, out: TextIO,
         for line in text.rstrip("\n").splitlines():
             print(f"    {line}", file=out)
     out.flush()
+
+
+def _clear_unfinished_first_offsets(checkpoints: str, out: TextIO,
+                                    queries: tuple[str, ...]) -> None:
+    """A kill while Spark wrote a query's first offsets leaves a file Spark refuses to start
+    on; what `kafka-eos resolve --apply` removes, the demo removes before its restart."""
+    from connectors.spark_checkpoint import NotACheckpoint, SparkCheckpoint
+
+    for query in queries:
+        path = os.path.join(checkpoints, query)
+        try:
+            removed = SparkCheckpoint(path).remove_unfinished_first_offsets()
+        except NotACheckpoint:  # killed before Spark made the checkpoint
+            continue
+        if removed:
+            print(f"    $ kafka-eos resolve {path} --apply   # the kill interrupted Spark's "
+                  f"write of batch 0's offsets: removed {', '.join(removed)}", file=out)
 
 
 def _report(t: float, producer: EventProducer, progress: Progress, kills: int,
