@@ -21,12 +21,13 @@ def test_sigkill_mid_stream_then_restart_reads_each_record_once(bootstrap, tmp_p
     checkpoint, out, log = str(tmp_path / "ckpt"), str(tmp_path / "out"), str(tmp_path / "log")
     args = (bootstrap, topic, checkpoint, out)
 
-    for kill_after in (2, 5):  # two kills, at different points of the stream
-        proc = start_pipeline(PIPELINE, *args, "continuous", log_path=log)
-        try:
-            wait_for(lambda: len(read_batches(out)) >= kill_after, 180, f"{kill_after} batches")
-        finally:
-            kill_group(proc)
+    # One kill mid-stream, after two batches (kills at each protocol point are the crash
+    # matrices'); the restart drains the rest.
+    proc = start_pipeline(PIPELINE, *args, "continuous", log_path=log)
+    try:
+        wait_for(lambda: len(read_batches(out)) >= 2, 180, "2 batches")
+    finally:
+        kill_group(proc)
     assert len(all_records(out)) < len(expected), "the input should outlast the kills"
 
     run_pipeline(PIPELINE, *args, "drain", log_path=log)
