@@ -265,6 +265,24 @@ def run_query(query, expected_rows: int, *, timeout_s: float = 600) -> QueryRun:
     return QueryRun(rows, trigger_s, wall, len(progress))
 
 
+def read_into_noop(spark, fmt: str, bootstrap: str, topic: str, rows: int) -> QueryRun:
+    """A Kafka source (`fmt`: kafka-eos, or Spark's own kafka) read from the earliest offsets
+    into `noop`, once through: the source's cost alone."""
+    with tempfile.TemporaryDirectory() as ckpt:
+        query = (
+            spark.readStream.format(fmt)
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start()
+        )
+        return run_query(query, rows)
+
+
 def file_stream(spark, inp: ParquetInput, files_per_trigger: int):
     return (
         spark.readStream.schema(inp.schema_ddl)

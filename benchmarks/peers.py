@@ -30,21 +30,9 @@ SOURCES = ("kafka-eos", "kafka")
 
 
 def read_topic(spark, fmt: str, bootstrap: str, topic: str, rows: int):
-    from benchmarks.common import run_query
+    from benchmarks.common import read_into_noop  # in the peers' interpreter
 
-    with tempfile.TemporaryDirectory() as ckpt:
-        query = (
-            spark.readStream.format(fmt)
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", ckpt)
-            .trigger(availableNow=True)
-            .start()
-        )
-        return run_query(query, rows)
+    return read_into_noop(spark, fmt, bootstrap, topic, rows)
 
 
 def measure_in_session(spec: dict) -> dict:

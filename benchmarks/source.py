@@ -14,24 +14,13 @@ from __future__ import annotations
 
 import tempfile
 
-from benchmarks.common import in_processes, produce_fixed, ratio, raw_consume, run_query
+from benchmarks.common import (in_processes, produce_fixed, ratio, raw_consume, read_into_noop,
+                               run_query)
 from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
 
 
 def spark_read(spark, bootstrap: str, topic: str, rows: int):
-    with tempfile.TemporaryDirectory() as ckpt:
-        query = (
-            spark.readStream.format("kafka-eos")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", ckpt)
-            .trigger(availableNow=True)
-            .start()
-        )
-        return run_query(query, rows)
+    return read_into_noop(spark, "kafka-eos", bootstrap, topic, rows)
 
 
 def measure(spark, bootstrap: str, *, records: int, partitions: int, value_bytes: int,

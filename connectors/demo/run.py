@@ -300,23 +300,11 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
         _create_topics(bootstrap, cfg.kafka_config, [input_topic, output_topic], cfg.partitions,
                        embedded=not cfg.bootstrap_servers)
         events = sample_events(cfg.records, users=max(100, cfg.partitions * 25), seed=seed)
-        producer = EventProducer(bootstrap, input_topic, cfg.partitions, events, cfg.rate,
-                                 client_config=dict(cfg.kafka_config))
-        pipeline = _pipeline(cfg, bootstrap, input_topic, paths,
-                             ["--output-topic", output_topic])
-        print(
-            f"Producing {cfg.records:,} events to {input_topic} ({cfg.partitions} partitions, "
-            f"{'as fast as possible' if cfg.rate <= 0 else f'{cfg.rate:,.0f}/s'}); "
-            f"pipeline -> delta-eos {paths['table']} and kafka-eos topic {output_topic}"
-            + (f"; {cfg.chaos} SIGKILLs at random moments" if cfg.chaos else ""),
-            file=out,
-        )
-        try:
-            processing_s, kills = _conduct(cfg, producer, pipeline, paths, rng, started, out)
-        finally:
-            pipeline.kill()
-        if producer.error:
-            raise DemoError(f"producing the input failed: {producer.error}")
+        producer, processing_s, kills = _produce_and_run(
+            cfg, bootstrap, input_topic, events, paths, ["--output-topic", output_topic],
+            f"{cfg.records:,} events to {input_topic} ({cfg.partitions} partitions, {{rate}}); "
+            f"pipeline -> delta-eos {paths['table']} and kafka-eos topic {output_topic}",
+            rng, started, out)
 
         print("Verifying: reading both outputs back independently of the sinks...", file=out)
         by_id = {e.event_id: e for e in events}
@@ -381,24 +369,13 @@ def _run_upsert(cfg: DemoConfig, paths: dict[str, str], input_topic: str, seed: 
         _create_topics(bootstrap, cfg.kafka_config, [input_topic], cfg.partitions,
                        embedded=not cfg.bootstrap_servers)
         changes = sample_changes(cfg.records, keys=cfg.upsert_keys, seed=seed)
-        producer = EventProducer(bootstrap, input_topic, cfg.partitions, changes, cfg.rate,
-                                 client_config=dict(cfg.kafka_config))
-        pipeline = _pipeline(cfg, bootstrap, input_topic, paths, ["--upsert"])
-        print(
-            f"Producing {cfg.records:,} Debezium-style changes of {cfg.upsert_keys:,} keys to "
-            f"{input_topic} ({cfg.partitions} partitions, "
-            f"{'as fast as possible' if cfg.rate <= 0 else f'{cfg.rate:,.0f}/s'}; late and "
-            f"out-of-order changes, deletes, late updates after a delete); pipeline -> "
-            f"delta-eos upsert mode {paths['table']}"
-            + (f"; {cfg.chaos} SIGKILLs at random moments" if cfg.chaos else ""),
-            file=out,
-        )
-        try:
-            processing_s, kills = _conduct(cfg, producer, pipeline, paths, rng, started, out)
-        finally:
-            pipeline.kill()
-        if producer.error:
-            raise DemoError(f"producing the input failed: {producer.error}")
+        producer, processing_s, kills = _produce_and_run(
+            cfg, bootstrap, input_topic, changes, paths, ["--upsert"],
+            f"{cfg.records:,} Debezium-style changes of {cfg.upsert_keys:,} keys to "
+            f"{input_topic} ({cfg.partitions} partitions, {{rate}}; late and out-of-order "
+            f"changes, deletes, late updates after a delete); pipeline -> delta-eos upsert mode "
+            f"{paths['table']}",
+            rng, started, out)
     print("Verifying: reading the table back with deltalake and comparing it with the fold of "
           "the changes...", file=out)
     checkpoint = os.path.join(paths["checkpoints"], "delta")
@@ -423,6 +400,28 @@ def _run_upsert(cfg: DemoConfig, paths: dict[str, str], input_topic: str, seed: 
           else "FAILED: the table differs from the fold of the changes; see verification.json "
                "and pipeline.log.", file=out)
     return 0 if result.ok else 1
+
+
+def _produce_and_run(cfg: DemoConfig, bootstrap: str, input_topic: str, items: list,
+                     paths: dict[str, str], sink_args: list[str], what: str,
+                     rng: random.Random, started: float,
+                     out: TextIO) -> tuple[EventProducer, float, int]:
+    """Produce `items` at the configured rate while the pipeline runs (with its chaos), until
+    it has drained them: the producer, the processing time and the kills. `what` describes
+    the run; its `{rate}` is filled in."""
+    producer = EventProducer(bootstrap, input_topic, cfg.partitions, items, cfg.rate,
+                             client_config=dict(cfg.kafka_config))
+    pipeline = _pipeline(cfg, bootstrap, input_topic, paths, sink_args)
+    rate = "as fast as possible" if cfg.rate <= 0 else f"{cfg.rate:,.0f}/s"
+    print(f"Producing {what.replace('{rate}', rate)}"
+          + (f"; {cfg.chaos} SIGKILLs at random moments" if cfg.chaos else ""), file=out)
+    try:
+        processing_s, kills = _conduct(cfg, producer, pipeline, paths, rng, started, out)
+    finally:
+        pipeline.kill()
+    if producer.error:
+        raise DemoError(f"producing the input failed: {producer.error}")
+    return producer, processing_s, kills
 
 
 def _conduct(
