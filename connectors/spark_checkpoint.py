@@ -130,9 +130,11 @@ class SparkCheckpoint:
             selector = pafs.FileSelector(f"{self.root}/{sub}", allow_not_found=True,
                                          recursive=recursive)
             for info in self.fs.get_file_info(selector):
+                name = info.base_name
                 if (info.type != pafs.FileType.File or info.mtime is None
-                        or info.base_name.startswith(".")):  # Hadoop's .crc, temporary files
-                    continue
+                        or name.endswith(".crc")  # Hadoop's checksums
+                        or (name.startswith(".") and not name.endswith(".tmp"))):
+                    continue  # a temporary file counts: a query may be writing it now
                 mtime = info.mtime.timestamp()
                 if newest is None or mtime > newest[0]:
                     newest = (mtime, info.path)

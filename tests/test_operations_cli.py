@@ -267,3 +267,15 @@ def test_a_logged_batch_keeps_spark_temporary_files_out_of_reach(ckpt, capsys):
     assert not any(r.startswith("fail") for r in inspect_checkpoint(ckpt)["restart"])
     run(capsys, "resolve", ckpt)
     assert os.path.exists(tmp)
+
+
+def test_resolve_leaves_a_first_offsets_write_that_may_be_in_progress(killed_at_first_offsets,
+                                                                      capsys):
+    """A temporary file written just now may be a starting query's: not removed without
+    --force."""
+    offsets = os.path.join(killed_at_first_offsets, "offsets")
+    for name in os.listdir(offsets):
+        os.utime(os.path.join(offsets, name))
+    rc, _, err = run(capsys, "resolve", killed_at_first_offsets, "--apply")
+    assert rc == EXIT_QUERY_MAY_BE_RUNNING and ".0.7c4c1ae3" in err
+    assert len(os.listdir(offsets)) == 2
