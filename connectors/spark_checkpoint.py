@@ -109,9 +109,9 @@ class SparkCheckpoint:
         Hadoop's .crc of it) in an offsets/ that holds no batch. Spark 4 then refuses to start
         the query (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: offsets/ "should be empty on
         batch 0"), though nothing was read or written for that batch."""
-        if self.offset_batches():
-            return []
         names = self._names(f"{self.root}/offsets") or []
+        if any(n.isdigit() for n in names):  # a batch is logged: Spark starts from it
+            return []
         return sorted(n for n in names if n.startswith(".") and ".tmp" in n)
 
     def remove_unfinished_first_offsets(self) -> list[str]:

@@ -302,7 +302,8 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
         events = sample_events(cfg.records, users=max(100, cfg.partitions * 25), seed=seed)
         producer, processing_s, kills = _produce_and_run(
             cfg, bootstrap, input_topic, events, paths, ["--output-topic", output_topic],
-            f"{cfg.records:,} events to {input_topic} ({cfg.partitions} partitions, {{rate}}); "
+            f"{cfg.records:,} events to {input_topic} ({cfg.partitions} partitions, "
+            f"{_rate(cfg)}); "
             f"pipeline -> delta-eos {paths['table']} and kafka-eos topic {output_topic}",
             rng, started, out)
 
@@ -372,7 +373,7 @@ def _run_upsert(cfg: DemoConfig, paths: dict[str, str], input_topic: str, seed: 
         producer, processing_s, kills = _produce_and_run(
             cfg, bootstrap, input_topic, changes, paths, ["--upsert"],
             f"{cfg.records:,} Debezium-style changes of {cfg.upsert_keys:,} keys to "
-            f"{input_topic} ({cfg.partitions} partitions, {{rate}}; late and out-of-order "
+            f"{input_topic} ({cfg.partitions} partitions, {_rate(cfg)}; late and out-of-order "
             f"changes, deletes, late updates after a delete); pipeline -> delta-eos upsert mode "
             f"{paths['table']}",
             rng, started, out)
@@ -408,12 +409,11 @@ def _produce_and_run(cfg: DemoConfig, bootstrap: str, input_topic: str, items: l
                      out: TextIO) -> tuple[EventProducer, float, int]:
     """Produce `items` at the configured rate while the pipeline runs (with its chaos), until
     it has drained them: the producer, the processing time and the kills. `what` describes
-    the run; its `{rate}` is filled in."""
+    the run."""
     producer = EventProducer(bootstrap, input_topic, cfg.partitions, items, cfg.rate,
                              client_config=dict(cfg.kafka_config))
     pipeline = _pipeline(cfg, bootstrap, input_topic, paths, sink_args)
-    rate = "as fast as possible" if cfg.rate <= 0 else f"{cfg.rate:,.0f}/s"
-    print(f"Producing {what.replace('{rate}', rate)}"
+    print(f"Producing {what}"
           + (f"; {cfg.chaos} SIGKILLs at random moments" if cfg.chaos else ""), file=out)
     try:
         processing_s, kills = _conduct(cfg, producer, pipeline, paths, rng, started, out)
@@ -422,6 +422,10 @@ def _produce_and_run(cfg: DemoConfig, bootstrap: str, input_topic: str, items: l
     if producer.error:
         raise DemoError(f"producing the input failed: {producer.error}")
     return producer, processing_s, kills
+
+
+def _rate(cfg: DemoConfig) -> str:
+    return "as fast as possible" if cfg.rate <= 0 else f"{cfg.rate:,.0f}/s"
 
 
 def _conduct(
