@@ -388,3 +388,31 @@ def _resolve(data: pa.RecordBatch | pa.Table, column: str, names: list[str],
             values = pc.struct_field(values, [idx])
         return values
     return None
+
+
+def _arrow_fields(fields: Sequence[pa.Field]) -> Iterator[pa.Field]:
+    """Every field of an Arrow schema, nested ones (struct fields, list and map items) too."""
+    for f in fields:
+        yield f
+        t = f.type
+        if pa.types.is_struct(t):
+            yield from _arrow_fields([t.field(i) for i in range(t.num_fields)])
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            yield from _arrow_fields([t.value_field])
+        elif pa.types.is_map(t):
+            yield from _arrow_fields([t.key_field, t.item_field])
+
+
+def has_not_null(schema: pa.Schema) -> bool:
+    """A NOT NULL column (or nested field): delta-spark counts it as a column invariant."""
+    return any(not f.nullable for f in _arrow_fields(schema))
+
+
+def needs_listed_invariants(schema: pa.Schema) -> bool:
+    """A table delta-rs creates for this schema is at writer version 7 (a timestamp_ntz column
+    needs the timestampNtz feature) without `invariants` among its writer features, though it
+    has a NOT NULL column; delta-spark then refuses the table
+    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH). Measured with deltalake 1.6.6 and
+    delta-spark 4.4.0: integration_tests/test_peers_delta.py."""
+    ntz = any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in _arrow_fields(schema))
+    return ntz and has_not_null(schema)

@@ -521,7 +521,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 adds,
                 mode="append",
                 partition_by=list(self.options.partition_by) or None,
-                configuration=self.options.table_properties or None,
+                configuration=creation_configuration(self.options.table_properties, self.schema),
                 storage_options=self.options.storage_options or None,
                 commit_properties=props,
                 post_commithook_properties=hooks,
@@ -572,6 +572,19 @@ _LAST_CLEANUP: dict[str, float] = {}
 _LAST_COMPACTION: dict[str, int] = {}
 #: Table-property differences already reported, per table.
 _WARNED_PROPERTIES: dict[str, dict[str, str]] = {}
+
+
+def creation_configuration(properties: dict[str, str], schema: pa.Schema) -> dict[str, str] | None:
+    """The configuration the sink (or upsert mode) creates a table with: its table properties,
+    and `delta.minWriterVersion=7` where a timestamp_ntz column and a NOT NULL column meet.
+    delta-rs then lists `invariants` (and `appendOnly`) among the writer features, as
+    delta-spark does; without it delta-rs lists `timestampNtz` alone, and delta-spark, which
+    counts NOT NULL as a column invariant, refuses to read or write the table
+    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH; integration_tests/test_peers_delta.py)."""
+    configuration = dict(properties)
+    if protocol_checks.needs_listed_invariants(schema):
+        configuration.setdefault("delta.minWriterVersion", "7")
+    return configuration or None
 
 
 def _close(f: _OpenFile) -> None:

@@ -39,7 +39,7 @@ from sinks.delta import protocol_checks
 from sinks.delta.delete_predicate import DeletePredicate, parse
 from sinks.delta.fold import DELETE_COLUMN, drop_tombstoned, latest_per_key, tombstones_of
 from sinks.delta.options import DeltaOptions, UpsertOptions
-from sinks.delta.sink import DeltaSink, _post_commit_hooks
+from sinks.delta.sink import DeltaSink, _post_commit_hooks, creation_configuration
 from sinks.delta.tombstones import Tombstones, location, quote
 from sinks.two_phase_commit import SinkSettings, TaskInfo, TransactionLost
 from sinks.txn_log import Handle
@@ -340,7 +340,8 @@ class DeltaUpsertSink(DeltaSink):
             DeltaTable.create(
                 self.options.path, Schema.from_arrow(self.schema), mode="ignore",
                 partition_by=list(self.options.partition_by) or None,
-                configuration=self.options.table_properties or None,
+                configuration=creation_configuration(self.options.table_properties,
+                                                     self.schema),
                 storage_options=self.options.storage_options or None,
                 commit_properties=None if applied.num_rows else props,
             )
