@@ -5,8 +5,10 @@ KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
     python -m benchmarks                       # the full run (about 10 minutes on 2 cores)
     python -m benchmarks --quick               # tiny inputs: checks that it all runs
     python -m benchmarks --output-dir DIR      # where results.json and chart.png go
-    python -m benchmarks --peers               # kafka-eos vs Spark's own format("kafka") source
-                                               # into noop, PySpark 4.2.0 (benchmarks/peers.py)
+    python -m benchmarks --peers               # kafka-eos / delta-eos vs format("kafka") and
+                                               # format("delta"), PySpark 4.2.0: source, latency,
+                                               # both sinks (benchmarks/peers.py; a section alone:
+                                               # --peers-only latency)
     python -m benchmarks --delta-long-run [--batches 1000]
                                                # delta-eos over 1,000 batches (about 12 minutes
                                                # on 2 cores; no broker, no Spark): merged into
@@ -117,12 +119,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--upsert-keys", type=int, default=100_000,
                     help="keys those changes are on (default 100000)")
     ap.add_argument("--peers", action="store_true",
-                    help="only the peers lane (benchmarks/peers.py): kafka-eos against Spark's "
-                         "own format(\"kafka\") source into noop, in a PySpark 4.2.0 session of "
-                         "the peers' environment (made once in the broker jars' cache); figures "
-                         "to DIR/peers.json")
+                    help="only the peers lane (benchmarks/peers.py): kafka-eos and delta-eos "
+                         "against Spark's format(\"kafka\") and delta-spark's format(\"delta\") "
+                         "(source, latency, both sinks), in a PySpark 4.2.0 session of the "
+                         "peers' environment (made once in the broker jars' cache); figures to "
+                         "DIR/peers.json, chart DIR/peers.png")
     ap.add_argument("--peers-partitions", type=int, default=4,
                     help="Kafka partitions of the peers lane's topics (default 4)")
+    ap.add_argument("--peers-only", default="source,latency,kafka-sink,delta-sink",
+                    help="comma-separated subset of the --peers sections: source,latency,"
+                         "kafka-sink,delta-sink (default all); they replace their sections of "
+                         "an existing DIR/peers.json, the others kept")
+    ap.add_argument("--peers-delta-batches", type=int, default=1000,
+                    help="batches of the --peers Delta sinks' long run into a growing table "
+                         "(default 1000; at least 20)")
+    ap.add_argument("--peers-delta-rows", type=int, default=100,
+                    help="rows per batch of that long run (default 100)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny inputs (seconds, not minutes): checks the benchmark runs, "
                          "the figures mean nothing")
@@ -131,6 +143,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.batches < 20:
         ap.error("--batches: the long run needs at least 20 (its first and last 10)")
+    if args.peers_delta_batches < 20:
+        ap.error("--peers-delta-batches: the long run needs at least 20 (batches 10-19 and the "
+                 "last 10)")
+    if args.peers_delta_rows < 1:
+        ap.error("--peers-delta-rows: at least 1")
+    from benchmarks.peers_report import parse_sections
+
+    try:
+        parse_sections(args.peers_only)
+    except ValueError as e:
+        ap.error(str(e))
     if args.delta_long_run:
         args.only = "delta-long-run"
     args.warmup = not args.quick
@@ -143,6 +166,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.memory_records = 8_000
         args.arrow_batch_rows = 1_000
         args.batches = min(args.batches, 20)
+        args.peers_delta_batches = min(args.peers_delta_batches, 20)
+        args.peers_delta_rows = min(args.peers_delta_rows, 10)
         args.long_run_rows = min(args.long_run_rows, 100)
         args.latency_batches = min(args.latency_batches, 3)
         args.latency_warmup = min(args.latency_warmup, 1)

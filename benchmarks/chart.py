@@ -163,3 +163,93 @@ def _label(text: str, width: int = 16) -> str:
     import textwrap
 
     return "\n".join(textwrap.wrap(text, width))
+
+
+def draw_peers(results: dict, path: str) -> None:
+    """`python -m benchmarks --peers`: every ratio against its target; per-batch and end-to-end
+    latency beside `format("kafka") -> format("delta")`; the Delta sinks' per-batch time as the
+    table grows."""
+    from benchmarks.peers_report import TARGETS, _expand
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(19, 5.8),
+                                        gridspec_kw={"width_ratios": [2.2, 1.6, 1.8]})
+    labels, vals, targets, colors = [], [], [], []
+    names = {"source_rows_per_s_vs_format_kafka": "source rows/s",
+             "latency_batch_p50_vs_format_kafka_to_delta": "batch p50\n(lower is better)",
+             "kafka_sink_rows_per_s_vs_format_kafka": "Kafka sink rows/s",
+             "delta_sink_rows_per_s_vs_format_delta": "Delta sink rows/s",
+             "delta_sink_long_run_rows_per_s_vs_format_delta": "Delta sink rows/s,\nsmall batches"}
+    for name, (p, op, target) in TARGETS.items():
+        for label, value in _expand(results, p):
+            if not isinstance(value, (int, float)):
+                continue
+            what = label[0] if label else ""
+            if what.isdigit():
+                what = f"{what} B" if int(what) < 1024 else f"{int(what) // 1024} KB"
+            labels.append(f"{names[name]}\n{what}".strip())
+            vals.append(value)
+            targets.append(target)
+            met = value >= target if op == ">=" else value <= target
+            colors.append("#55A868" if met else "#C44E52")
+    xs = range(len(vals))
+    bars = ax1.bar(xs, vals, 0.6, color=colors)
+    for b, v in zip(bars, vals):
+        ax1.text(b.get_x() + b.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom",
+                 fontsize=8)
+    for x, t in zip(xs, targets):
+        ax1.hlines(t, x - 0.4, x + 0.4, colors="black", linestyles="--", linewidth=1.5,
+                   label="target" if x == 0 else None)
+    ax1.axhline(1.0, color="grey", linewidth=0.8)
+    ax1.set_xticks(list(xs), labels, fontsize=7.5)
+    ax1.set_ylabel("kafka-eos / delta-eos as a multiple of the peer's figure")
+    ax1.set_title("Against the peers (green: target met, red: missed)")
+    ax1.legend(fontsize=8)
+
+    lat = results.get("latency", {}).get("pipelines", {})
+    ok = [n for n, r in lat.items() if "error" not in r]
+    lx = range(len(ok))
+    series = [("batch p50", "trigger_execution_ms_p50", None, "#4C72B0"),
+              ("batch p99", "trigger_execution_ms_p99", None, "#8172B3"),
+              ("end to end p50", "p50_ms", "end_to_end", "#55A868"),
+              ("end to end p99", "p99_ms", "end_to_end", "#C44E52")]
+    w = 0.2
+    for i, (lbl, key, sub, color) in enumerate(series):
+        v = [(lat[n][sub] if sub else lat[n])[key] for n in ok]
+        b = ax2.bar([x + (i - 1.5) * w for x in lx], v, w, label=lbl, color=color)
+        for bb, vv in zip(b, v):
+            ax2.text(bb.get_x() + bb.get_width() / 2, vv, f"{vv:.0f}", ha="center",
+                     va="bottom", fontsize=6.5)
+    ax2.set_xticks(list(lx), [_label(lat[n]["label"], 22) for n in ok], fontsize=7.5)
+    ax2.set_ylabel("ms")
+    sec = results.get("latency", {})
+    ax2.set_title(f"Latency, {sec.get('rate_records_per_s', '?')} records/s, "
+                  f"{sec.get('trigger_s', 1):g} s trigger")
+    ax2.legend(fontsize=7.5)
+
+    lr = results.get("delta_sink", {}).get("long_run")
+    if lr:
+        for key, color in (("delta_eos", "#4C72B0"), ("spark_delta", "#DD8452")):
+            s = lr[key]["trigger_execution_ms"]["series"]
+            k = max(1, len(s) // 50)  # a rolling median, so a stray batch does not hide the trend
+            smooth = [sorted(s[i:i + k])[len(s[i:i + k]) // 2] for i in range(0, len(s), k)]
+            ax3.plot([i + k / 2 for i in range(0, len(s), k)], smooth, color=color,
+                     label=f"{lr[key]['label']} triggerExecution")
+            c = lr[key].get("commit_ms")
+            if c:
+                cs = c["series"]
+                smooth = [sorted(cs[i:i + k])[len(cs[i:i + k]) // 2] for i in range(0, len(cs), k)]
+                ax3.plot([i + k / 2 for i in range(0, len(cs), k)], smooth, color=color,
+                         linestyle=":", label=f"{lr[key]['label']} own commit phase")
+        ax3.set_xlabel("batch")
+        ax3.set_ylabel(f"ms per batch (median of each {max(1, lr['batches'] // 50)})")
+        ax3.set_title(f"Delta sinks as the table grows: {lr['batches']} batches of "
+                      f"{lr['rows_per_batch']} rows")
+        ax3.legend(fontsize=7.5)
+        ax3.set_ylim(bottom=0)
+    mach = results.get("machine", {})
+    fig.suptitle(f"kafka-eos / delta-eos against format(\"kafka\") and format(\"delta\"), "
+                 f"PySpark {results.get('pyspark', '?')}, {results.get('broker', '?')} broker, "
+                 f"{mach.get('cores', '?')} cores", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
