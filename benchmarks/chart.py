@@ -200,7 +200,7 @@ def draw_peers(results: dict, path: str) -> None:
         ax1.hlines(t, x - 0.4, x + 0.4, colors="black", linestyles="--", linewidth=1.5,
                    label="target" if x == 0 else None)
     ax1.axhline(1.0, color="grey", linewidth=0.8)
-    ax1.set_xticks(list(xs), labels, fontsize=7.5)
+    ax1.set_xticks(list(xs), labels, fontsize=7.5, rotation=35, ha="right")
     ax1.set_ylabel("kafka-eos / delta-eos as a multiple of the peer's figure")
     ax1.set_title("Against the peers (green: target met, red: missed)")
     ax1.legend(fontsize=8)
@@ -249,7 +249,23 @@ def draw_peers(results: dict, path: str) -> None:
     mach = results.get("machine", {})
     fig.suptitle(f"kafka-eos / delta-eos against format(\"kafka\") and format(\"delta\"), "
                  f"PySpark {results.get('pyspark', '?')}, {results.get('broker', '?')} broker, "
-                 f"{mach.get('cores', '?')} cores", fontsize=10)
+                 f"{mach.get('cores', '?')} cores, 1-minute load "
+                 f"{_peak_load(results.get('load_average', {}))}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _peak_load(load: dict) -> str:
+    """The 1-minute load averages recorded over a run, as "lowest-highest"."""
+    ones = []
+    stack = [load]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, list) and x and isinstance(x[0], (int, float)):
+            ones.append(x[0])
+        elif isinstance(x, list):
+            stack.extend(x)
+    return f"{min(ones):g}-{max(ones):g}" if ones else "?"
