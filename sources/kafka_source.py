@@ -337,7 +337,11 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
     def _limited_end(self, begin: off.PartitionOffsets, latest: off.PartitionOffsets) -> off.PartitionOffsets:
         opts = self.options
         available = off.total_rows(begin, latest)
-        if opts.min_offsets_per_trigger and available < opts.min_offsets_per_trigger:
+        # Not under Trigger.AvailableNow (a target is set): Spark ends that run at the first
+        # trigger without a new batch, so a delayed batch would leave the records unread.
+        # Spark's own source reads them too.
+        if (opts.min_offsets_per_trigger and self._target is None
+                and available < opts.min_offsets_per_trigger):
             waited_ms = (time.monotonic() - self._last_batch_at) * 1000
             if waited_ms < opts.max_trigger_delay_ms:
                 return begin  # not enough yet: no new batch

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from connectors.options import OptionError
 from sources.kafka_options import parse_source_options
@@ -128,6 +128,20 @@ def test_trigger_available_now_target_that_went_back_is_fetched_again():
     end = reader.latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
     assert end == {"lat": {"0": 345}}
     assert reader.latestOffset({"lat": {"0": 345}}, ReadAllAvailable()) == end  # target kept
+
+
+def test_trigger_available_now_reads_to_its_target_whatever_min_offsets_per_trigger():
+    """Trigger.AvailableNow ends at the first trigger without a new batch: a batch delayed for
+    minOffsetsPerTrigger there ended the run with the records unread (seen beside Spark's own
+    source, which read them: integration_tests/test_peers_kafka.py)."""
+    opts = _options(minOffsetsPerTrigger="1000", maxTriggerDelay="1h")
+    resolver = ScriptedResolver(opts, [{P0: 30}])
+    reader = _reader(opts, resolver)
+    reader.prepareForTriggerAvailableNow()
+    assert reader.latestOffset({"lat": {"0": 0}}, ReadMinRows(1000)) == {"lat": {"0": 30}}
+    # without Trigger.AvailableNow the batch still waits for 1000 records (or the delay)
+    other = _reader(opts, ScriptedResolver(opts, [{P0: 30}]))
+    assert other.latestOffset({"lat": {"0": 0}}, ReadMinRows(1000)) == {"lat": {"0": 0}}
 
 
 # --------------------------------------------------------------------------- replay planning
