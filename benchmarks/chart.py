@@ -250,7 +250,7 @@ def draw_peers(results: dict, path: str) -> None:
     fig.suptitle(f"kafka-eos / delta-eos against format(\"kafka\") and format(\"delta\"), "
                  f"PySpark {results.get('pyspark', '?')}, {results.get('broker', '?')} broker, "
                  f"{mach.get('cores', '?')} cores, 1-minute load "
-                 f"{_peak_load(results.get('load_average', {}))}", fontsize=10)
+                 f"{_peak_load(_load_averages(results))}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -269,3 +269,13 @@ def _peak_load(load: dict) -> str:
         elif isinstance(x, list):
             stack.extend(x)
     return f"{min(ones):g}-{max(ones):g}" if ones else "?"
+
+
+def _load_averages(d) -> list:
+    """Every `load_average` recorded anywhere in a run's results."""
+    if isinstance(d, dict):
+        return [v if k == "load_average" else x for k, v in d.items()
+                for x in ([v] if k == "load_average" else _load_averages(v))]
+    if isinstance(d, list):
+        return [x for v in d for x in _load_averages(v)]
+    return []
