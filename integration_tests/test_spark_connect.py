@@ -32,6 +32,8 @@ import pytest
 from connectors.testing.kafka_oracle import committed
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from sinks.faults import ENV as FAULTS_ENV
+from sources.batch_metrics import SOURCE_METRICS_ENV
+from sources.consumer_pool import STATS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 2
@@ -119,6 +121,8 @@ def observed(broker, tmp_path_factory) -> dict:
             "out_topic": topics["out"], "port": _free_port()}
     (work / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, FAULTS_ENV: "task_fail@1/1"}  # batch 1's task 1 of each stream
+    for name in (STATS_ENV, SOURCE_METRICS_ENV):  # other tests' counters: not for this run
+        env.pop(name, None)
     log = work / "session.log"
     started = time.monotonic()
     with open(log, "w") as output:
