@@ -15,7 +15,6 @@ per-batch and end-to-end figures pool the rounds, the first-batch time is the me
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 import time
@@ -136,11 +135,6 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
     producer.start()
     runs: dict[str, list[dict]] = {name: [] for name in PIPELINES}
     errors: dict[str, list[str]] = {}
-    # A line per batch from the source and the sink on stderr helps nobody: warnings still show.
-    quiet = {name: logging.getLogger(name) for name in ("kafka_eos.source", "kafka_eos.sink")}
-    levels = {name: lg.level for name, lg in quiet.items()}
-    for lg in quiet.values():
-        lg.setLevel(logging.WARNING)
     try:
         for r in range(repeats):
             for name in round_order(r):
@@ -159,8 +153,6 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
                     f"first batch {res['first_batch_s']} s ({time.time() - t:.0f} s)")
     finally:
         producer.stop()
-        for name, lg in quiet.items():
-            lg.setLevel(levels[name])
     produced: dict[int, int] = {}
     for topic in inputs:
         produced.update(_ProduceLog.read(bootstrap, topic, partitions))
