@@ -91,14 +91,16 @@ class Runner:
         return out
 
     def stream(self, fmt: str, options: dict[str, str], columns: list[str] = EVERY,
-               partitions: bool = False) -> dict:
+               partitions: bool = False, processing_time: str | None = None) -> dict:
         """availableNow into a memory sink; with `partitions`, through foreachBatch instead,
-        noting each micro-batch's Spark partitions."""
+        noting each micro-batch's Spark partitions. With `processing_time`, that trigger
+        instead, until the first trigger that finds no new batch (`processAllAvailable`)."""
         name = f"m_{uuid.uuid4().hex[:10]}"
         writer = (self.spark.readStream.format(fmt).options(**self._options(options)).load()
                   .select(*columns).writeStream
-                  .option("checkpointLocation", str(self.workdir / name))
-                  .trigger(availableNow=True))
+                  .option("checkpointLocation", str(self.workdir / name)))
+        writer = (writer.trigger(processingTime=processing_time) if processing_time
+                  else writer.trigger(availableNow=True))
         batches: list[tuple[int, int, list]] = []
         if partitions:
             writer = writer.foreachBatch(lambda df, batch_id: batches.append(
@@ -106,7 +108,13 @@ class Runner:
         else:
             writer = writer.format("memory").queryName(name)
         query = writer.start()
-        query.awaitTermination()
+        if processing_time:
+            try:
+                query.processAllAvailable()
+            finally:
+                query.stop()
+        else:
+            query.awaitTermination()
         out: dict[str, Any] = {"batch_rows": [p["numInputRows"] for p in query.recentProgress
                                               if p["numInputRows"] > 0]}
         if partitions:
@@ -219,6 +227,10 @@ def reading_cases(r: Runner, spec: dict) -> dict:
     case("stream_min_offsets_per_trigger", "stream",
          {"subscribe": t, "startingOffsets": "earliest", "minOffsetsPerTrigger": "1000",
           "maxTriggerDelay": "1s", **hdr})
+    # ProcessingTime: does the first micro-batch wait for minOffsetsPerTrigger (1 h at most)?
+    case("stream_min_offsets_per_trigger_first_batch", "stream",
+         {"subscribe": t, "startingOffsets": "earliest", "minOffsetsPerTrigger": "1000",
+          "maxTriggerDelay": "1h", **hdr}, processing_time="200 milliseconds")
     case("stream_min_partitions", "stream",
          {"subscribe": t, "startingOffsets": "earliest", "minPartitions": "7", **hdr},
          partitions=True)
