@@ -149,8 +149,9 @@ def test_format_kafka_read_committed_reads_kafka_eos_output_exactly_once(observe
     assert sorted((r.partition, r.offset) for r in oracle) == sorted(
         (r["partition"], r["offset"]) for r in k["read_committed"])
     # The retried task's first attempt was aborted before its records left the producer
-    # (measured: read_uncommitted showed none of them), so this does not yet show
-    # read_committed hiding aborted records in the log (issue 22, what is left).
+    # (measured: read_uncommitted showed none of them); read_committed hiding aborted records
+    # that are in the log: test_peers_kafka.py::test_read_committed_hides_records_of_a_
+    # transaction_aborted_in_the_log.
     aborted = sum(len(read_partition(observed["bootstrap"], observed["topics"]["out"], p).aborted)
                   for p in range(PARTITIONS))
     assert len(k["read_uncommitted"]) == len(k["read_committed"]) + aborted
