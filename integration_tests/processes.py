@@ -95,3 +95,31 @@ def run_kill_sequence(
             after_each_kill(point, batch)
     run_pipeline(module, *args, *workers_args(len(points), no_daemon_runs), log_path=log_path,
                  env={**(env or {}), **(last_run_env or {})})
+
+
+def run_session(python: str | os.PathLike, module: str, spec: dict, work: os.PathLike, *,
+                env: dict[str, str], timeout_s: float, what: str) -> dict:
+    """Run `python -m module SPEC RESULT` (a session that observes and leaves its observations
+    in RESULT, as JSON) with its output in `work`/session.log, and return the observations;
+    a session that fails or hangs fails the test with the end of its log."""
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    work = Path(work)
+    spec_path, result_path, log = work / "spec.json", work / "result.json", work / "session.log"
+    spec_path.write_text(json.dumps(spec))
+    with open(log, "w") as output:
+        try:
+            result = subprocess.run(
+                [str(python), "-m", module, str(spec_path), str(result_path)],
+                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env=env,
+                stdout=output, stderr=subprocess.STDOUT, timeout=timeout_s)
+            failure = f"failed (exit {result.returncode})" if result.returncode else ""
+        except subprocess.TimeoutExpired:
+            failure = f"did not end within {timeout_s} s"
+    if failure:
+        pytest.fail(f"{what} {failure}; its log ({log}) ends:\n"
+                    f"{log.read_text(errors='replace')[-6000:]}")
+    return json.loads(result_path.read_text())

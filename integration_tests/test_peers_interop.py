@@ -13,11 +13,8 @@ sources, both sinks, registration by PySpark's static lookup of the `pyspark_*` 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -29,6 +26,7 @@ from connectors.testing.peers import (
     peer_environment,
 )
 from integration_tests.kafka_data import create_topic, produce, unique_topic
+from integration_tests.processes import run_session
 from integration_tests.peers_session import FILES, ROWS_PER_FILE
 from sinks.faults import ENV as FAULTS_ENV
 from sources.batch_metrics import SOURCE_METRICS_ENV
@@ -37,7 +35,6 @@ from sources.consumer_pool import STATS_ENV
 #: Deselected by default (pyproject.toml's addopts): `python -m pytest -m peers integration_tests`.
 pytestmark = pytest.mark.peers
 
-ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 4
 PER_PARTITION = 25
 MAX_OFFSETS_PER_TRIGGER = 50  # 100 records: two micro-batches per stream
@@ -67,22 +64,9 @@ def observed(broker, tmp_path_factory) -> dict:
     spec = {"bootstrap": bootstrap, "workdir": str(work), "in_topic": topics["in"],
             "out_topic": topics["out"], "spark_out_topic": topics["spark-out"],
             "partitions": PARTITIONS, "max_offsets_per_trigger": MAX_OFFSETS_PER_TRIGGER}
-    (work / "spec.json").write_text(json.dumps(spec))
     started = time.monotonic()
-    log = work / "session.log"
-    with open(log, "w") as output:
-        try:
-            result = subprocess.run(
-                [str(python), "-m", "integration_tests.peers_session", str(work / "spec.json"),
-                 str(work / "result.json")],
-                cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=SESSION_TIMEOUT_S)
-            failure = f"failed (exit {result.returncode})" if result.returncode else ""
-        except subprocess.TimeoutExpired:
-            failure = f"did not end within {SESSION_TIMEOUT_S} s"
-    if failure:
-        pytest.fail(f"the peers' session {failure}; its log ({log}) ends:\n"
-                    f"{log.read_text(errors='replace')[-6000:]}")
-    out = json.loads((work / "result.json").read_text())
+    out = run_session(python, "integration_tests.peers_session", spec, work, env=env,
+                      timeout_s=SESSION_TIMEOUT_S, what="the peers' session")
     print(f"\npeers' session: {time.monotonic() - started:.0f} s (Spark start "
           f"{out['session_start_s']} s; {out['timings_s']})")
     return {"result": out, "produced": produced, "topics": topics, "bootstrap": bootstrap}

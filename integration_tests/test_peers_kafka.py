@@ -15,13 +15,10 @@ fails, naming what is missing (as test_peers_interop.py does).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -29,12 +26,12 @@ from confluent_kafka.admin import AdminClient
 
 from connectors.testing.peers import PYSPARK_VERSION, PeersUnavailable, peer_environment, peers_jars
 from integration_tests.kafka_data import create_topic
+from integration_tests.processes import run_session
 from sources.batch_metrics import SOURCE_METRICS_ENV
 from sources.consumer_pool import STATS_ENV
 
 pytestmark = pytest.mark.peers
 
-ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 3
 PER_PARTITION = 10
 STEP_MS = 1000
@@ -139,23 +136,9 @@ def observed(request, broker, tmp_path_factory) -> dict:
     spec["workdir"] = str(work)
     if os.environ.get("PEERS_KAFKA_ONLY"):  # a developer's subset of the cases
         spec["only"] = os.environ["PEERS_KAFKA_ONLY"].split(",")
-    (work / "spec.json").write_text(json.dumps(spec))
-    log = work / "session.log"
     started = time.monotonic()
-    with open(log, "w") as output:
-        try:
-            result = subprocess.run(
-                [python, "-m", "integration_tests.peers_kafka_session", str(work / "spec.json"),
-                 str(work / "result.json")],
-                cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
-                timeout=SESSION_TIMEOUT_S)
-            failure = f"failed (exit {result.returncode})" if result.returncode else ""
-        except subprocess.TimeoutExpired:
-            failure = f"did not end within {SESSION_TIMEOUT_S} s"
-    if failure:
-        pytest.fail(f"the Kafka interop session ({kind}) {failure}; its log ({log}) ends:\n"
-                    f"{log.read_text(errors='replace')[-6000:]}")
-    out = json.loads((work / "result.json").read_text())
+    out = run_session(python, "integration_tests.peers_kafka_session", spec, work, env=env,
+                      timeout_s=SESSION_TIMEOUT_S, what=f"the Kafka interop session ({kind})")
     print(f"\nKafka interop session ({kind}, PySpark {out['pyspark']}): "
           f"{time.monotonic() - started:.0f} s (Spark start {out['session_start_s']} s)")
     return {"result": out, "spec": spec, "kind": kind}

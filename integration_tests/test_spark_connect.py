@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -31,11 +30,11 @@ import pytest
 
 from connectors.testing.kafka_oracle import committed
 from integration_tests.kafka_data import create_topic, produce, unique_topic
+from integration_tests.processes import run_session
 from sinks.faults import ENV as FAULTS_ENV
 from sources.batch_metrics import SOURCE_METRICS_ENV
 from sources.consumer_pool import STATS_ENV
 
-ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 2
 PER_PARTITION = 20
 MAX_OFFSETS_PER_TRIGGER = 20  # 40 records: two micro-batches per stream
@@ -119,29 +118,16 @@ def observed(broker, tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("connect")
     spec = {"bootstrap": bootstrap, "workdir": str(work), "in_topic": topics["in"],
             "out_topic": topics["out"], "port": _free_port()}
-    (work / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, FAULTS_ENV: "task_fail@1/1"}  # batch 1's task 1 of each stream
     for name in (STATS_ENV, SOURCE_METRICS_ENV):  # other tests' counters: not for this run
         env.pop(name, None)
-    log = work / "session.log"
     started = time.monotonic()
-    with open(log, "w") as output:
-        try:
-            result = subprocess.run(
-                [sys.executable, "-m", "integration_tests.test_spark_connect",
-                 str(work / "spec.json"), str(work / "result.json")],
-                cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
-                timeout=SESSION_TIMEOUT_S)
-            failure = f"failed (exit {result.returncode})" if result.returncode else ""
-        except subprocess.TimeoutExpired:
-            failure = f"did not end within {SESSION_TIMEOUT_S} s"
-    if failure:
-        pytest.fail(f"the Spark Connect session {failure}; its log ({log}) ends:\n"
-                    f"{log.read_text(errors='replace')[-6000:]}")
-    out = json.loads((work / "result.json").read_text())
+    out = run_session(sys.executable, "integration_tests.test_spark_connect", spec, work,
+                      env=env, timeout_s=SESSION_TIMEOUT_S, what="the Spark Connect session")
     print(f"\nSpark Connect session: {time.monotonic() - started:.0f} s")
     return {"result": out, "produced": produced, "topics": topics, "bootstrap": bootstrap,
-            "table": str(work / "table"), "log": log.read_text(errors="replace")}
+            "table": str(work / "table"),
+            "log": (work / "session.log").read_text(errors="replace")}
 
 
 def test_the_client_is_a_spark_connect_client_without_a_spark_context(observed):
