@@ -10,7 +10,7 @@ import platform
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -225,6 +225,7 @@ class QueryRun:
     trigger_s: float  # summed trigger execution time of the batches that moved rows
     wall_s: float
     batches: int
+    progress: list[dict] = field(default_factory=list)  # those batches' progress, in order
 
     @property
     def rows_per_s(self) -> float:
@@ -257,12 +258,13 @@ def run_query(query, expected_rows: int, *, timeout_s: float = 600) -> QueryRun:
         query.awaitTermination()
     for p in query.recentProgress:
         seen[p["batchId"]] = p
-    progress = [p for p in seen.values() if p["numInputRows"] > 0]
+    progress = sorted((p for p in seen.values() if p["numInputRows"] > 0),
+                      key=lambda p: p["batchId"])
     rows = sum(p["numInputRows"] for p in progress)
     if rows != expected_rows:
         raise RuntimeError(f"query moved {rows} rows, expected {expected_rows}")
     trigger_s = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
-    return QueryRun(rows, trigger_s, wall, len(progress))
+    return QueryRun(rows, trigger_s, wall, len(progress), progress)
 
 
 def read_into_noop(spark, fmt: str, bootstrap: str, topic: str, rows: int) -> QueryRun:

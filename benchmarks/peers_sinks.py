@@ -175,37 +175,6 @@ def measure_delta(spark, work: str, inputs: dict[str, ParquetInput], *, files_pe
     return {"by_value_size": by_size}
 
 
-def _collect(query, expected_rows: int, *, timeout_s: float) -> tuple[list[dict], float]:
-    """Every batch's progress of an availableNow query (polled: the query keeps only its last
-    100), and its wall time."""
-    seen: dict[int, dict] = {}
-    wall = time.perf_counter()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while query.isActive:
-            if query.exception() is not None:
-                raise RuntimeError(str(query.exception()))
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(seen)} batches in {timeout_s:.0f} s")
-            for p in query.recentProgress:
-                seen[p["batchId"]] = p
-            time.sleep(0.1)
-        query.awaitTermination()
-    finally:
-        if query.isActive:
-            query.stop()
-    wall = time.perf_counter() - wall
-    for p in query.recentProgress:
-        seen[p["batchId"]] = p
-    progress = sorted((p for p in seen.values() if p["numInputRows"] > 0),
-                      key=lambda p: p["batchId"])
-    rows = sum(p["numInputRows"] for p in progress)
-    if rows != expected_rows:
-        raise RuntimeError(f"query moved {rows} rows in its reported batches, expected "
-                           f"{expected_rows} (a batch's progress was missed?)")
-    return progress, wall
-
-
 def long_run_one(spark, work: str, inp: ParquetInput, fmt: str, label: str) -> dict:
     """One sink over `len(inp.files)` batches of one file each into one growing table."""
     out = tempfile.mkdtemp(prefix=f"long-{fmt}-", dir=work)
@@ -213,8 +182,9 @@ def long_run_one(spark, work: str, inp: ParquetInput, fmt: str, label: str) -> d
     try:
         with tempfile.TemporaryDirectory(dir=work) as ckpt:
             writer = _delta_writer(file_stream(spark, inp, 1), fmt, out, ckpt)
-            progress, wall = _collect(start(writer, trigger_s=None), inp.rows,
-                                      timeout_s=60 + 30 * len(inp.files))
+            run = run_query(start(writer, trigger_s=None), inp.rows,
+                            timeout_s=60 + 30 * len(inp.files))
+            progress, wall = run.progress, run.wall_s
         rows = _rows_in(out)
         if rows != inp.rows:
             raise RuntimeError(f"{fmt}: {rows} rows in the table, expected {inp.rows}")
