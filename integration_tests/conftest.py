@@ -36,7 +36,7 @@ LONGEST_FIRST = (
     "test_kafka_crash_matrix", "test_delta_crash_matrix", "test_postgres_crash_matrix",
     "test_operations", "test_delta_upsert_crash_matrix", "test_secured_clusters",
     "test_chained_kafka", "test_demo", "test_benchmarks_smoke", "test_delta_s3",
-    "test_spark_connect",
+    "test_spark_connect", "test_peers_interop",
 )
 
 

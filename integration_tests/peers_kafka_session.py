@@ -27,10 +27,6 @@ from integration_tests.peers_session import rows_of, step
 
 FORMATS = ("kafka", "kafka-eos")
 EVERY = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
-#: The jars of Spark's Kafka connector among the peers' (no delta-spark: a PySpark 4.3 session
-#: has no delta-spark release to load).
-KAFKA_ARTIFACTS = {"commons-pool2", "kafka-clients", "spark-sql-kafka-0-10_2.13",
-                   "spark-token-provider-kafka-0-10_2.13"}
 
 
 def start_spark(kind: str):
@@ -41,18 +37,9 @@ def start_spark(kind: str):
         from connectors.testing.peers import peer_spark
 
         return peer_spark("kafka-eos-peers-kafka", master="local[2]", conf=conf)
-    import pyspark
+    from connectors.testing.peers import kafka_connector_spark
 
-    from connectors.testing.peers import artifact_name, peers_jars, session_jars
-    from connectors.testing.spark import local_spark
-
-    jars = [j for j in session_jars(peers_jars(), Path(pyspark.__file__).parent / "jars")
-            if artifact_name(j.name) in KAFKA_ARTIFACTS]
-    if len(jars) != len(KAFKA_ARTIFACTS):
-        raise RuntimeError(f"the peers' jar cache lacks some of {sorted(KAFKA_ARTIFACTS)}: "
-                           f"{[j.name for j in jars]}")
-    return local_spark("kafka-eos-peers-kafka-main", master="local[2]",
-                       conf={"spark.jars": ",".join(str(j) for j in jars), **conf})
+    return kafka_connector_spark("kafka-eos-peers-kafka-main", master="local[2]", conf=conf)
 
 
 def error_of(e: BaseException) -> str:

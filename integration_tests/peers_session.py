@@ -7,10 +7,13 @@ observation in a JSON file for the test to assert on.
     <peers' python> -m integration_tests.peers_session SPEC.json RESULT.json
 
 SPEC: {"bootstrap", "workdir", "in_topic", "out_topic", "spark_out_topic", "partitions",
-"max_offsets_per_trigger"}: `in_topic` holds the test's input (keyed records, every partition), the two output
+"max_offsets_per_trigger", "session"}: `in_topic` holds the test's input (keyed records, every partition), the two output
 topics exist with `partitions` partitions. `KAFKA_EOS_FAULTS` (in the environment) makes one
 task of each stream fail once after writing: Spark retries it, and the output must still hold
-every record once.
+every record once. `session` is `peers` (the default: the peers' PySpark 4.2.0, every part) or
+`main` (the main environment's PySpark 4.3 with Spark's 4.2.0 Kafka connector on `spark.jars`,
+`connectors.testing.peers.kafka_connector_spark`): the Kafka part only, delta-spark having no
+release for Spark 4.3.
 
 Nothing here imports pytest: the peers' environment has the package's runtime dependencies only.
 """
@@ -25,7 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from connectors.testing.peers import peer_spark
+from connectors.testing.peers import kafka_connector_spark, peer_spark
 
 _T0 = time.monotonic()
 
@@ -270,12 +273,20 @@ def main(argv: list[str]) -> int:
     workdir = Path(spec["workdir"])
     started = time.monotonic()
     step("starting Spark")
-    spark = peer_spark("kafka-eos-peers-interop", master="local[2,4]",
-                       conf={"spark.task.maxFailures": "4",
-                             "spark.sql.adaptive.enabled": "false",
-                             # delta-spark rebuilds a table's state in 50 tasks by default:
-                             # 130 s for a 4-file table on a loaded 2-core machine (measured)
-                             "spark.databricks.delta.snapshotPartitions": "2"})
+    conf = {"spark.task.maxFailures": "4", "spark.sql.adaptive.enabled": "false"}
+    parts = [("unpartitioned", lambda: unpartitioned_table(spark, workdir)),
+             ("partitioned", lambda: partitioned_table(spark, spec, workdir)),
+             ("kafka", lambda: kafka_interop(spark, spec, workdir))]
+    if spec.get("session", "peers") == "peers":
+        spark = peer_spark("kafka-eos-peers-interop", master="local[2,4]", conf={
+            **conf,
+            # delta-spark rebuilds a table's state in 50 tasks by default: 130 s for a 4-file
+            # table on a loaded 2-core machine (measured)
+            "spark.databricks.delta.snapshotPartitions": "2"})
+    else:
+        spark = kafka_connector_spark("kafka-eos-peers-interop-main", master="local[2,4]",
+                                      conf=conf)
+        parts = parts[-1:]
     import pyspark
 
     result: dict[str, Any] = {
@@ -284,9 +295,7 @@ def main(argv: list[str]) -> int:
         "session_start_s": round(time.monotonic() - started, 1),
     }
     timings = {}
-    for name, run in [("unpartitioned", lambda: unpartitioned_table(spark, workdir)),
-                      ("partitioned", lambda: partitioned_table(spark, spec, workdir)),
-                      ("kafka", lambda: kafka_interop(spark, spec, workdir))]:
+    for name, run in parts:
         t = time.monotonic()
         step(name)
         result[name] = run()

@@ -292,3 +292,27 @@ def peer_spark(app_name: str = "kafka-eos-peers", *, master: str = "local[2]",
     jars = session_jars(lib, Path(pyspark.__file__).parent / "jars")
     settings = {"spark.jars": ",".join(str(j) for j in jars), **DELTA_CONF, **(conf or {})}
     return local_spark(app_name, master=master, conf=settings, quick_start=quick_start)
+
+
+#: The jars of Spark's Kafka connector among the peers' (no delta-spark: no delta-spark release
+#: loads in a PySpark 4.3 session).
+KAFKA_ARTIFACTS = frozenset({"commons-pool2", "kafka-clients", "spark-sql-kafka-0-10_2.13",
+                             "spark-token-provider-kafka-0-10_2.13"})
+
+
+def kafka_connector_spark(app_name: str, *, master: str = "local[2]",
+                          conf: dict[str, str] | None = None) -> "SparkSession":
+    """Outside the peers' environment (the main one, PySpark 4.3): a local session with Spark's
+    4.2.0 Kafka connector from the peers' jar cache on `spark.jars` (Maven Central has no 4.3
+    build; Spark 4.3 loads the 4.2.0 connector) beside this package's formats."""
+    import pyspark
+
+    from connectors.testing.spark import local_spark
+
+    jars = [j for j in session_jars(peers_jars(), Path(pyspark.__file__).parent / "jars")
+            if artifact_name(j.name) in KAFKA_ARTIFACTS]
+    if len(jars) != len(KAFKA_ARTIFACTS):
+        raise PeersUnavailable(f"the peers' jar cache lacks some of {sorted(KAFKA_ARTIFACTS)}: "
+                               f"{[j.name for j in jars]}")
+    return local_spark(app_name, master=master,
+                       conf={"spark.jars": ",".join(str(j) for j in jars), **(conf or {})})
