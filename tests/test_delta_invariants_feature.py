@@ -93,6 +93,11 @@ def test_a_not_null_table_without_ntz_keeps_its_legacy_protocol_and_one_commit(t
     ([pa.field("id", pa.int64(), False), pa.field("t", pa.timestamp("us", tz="UTC"))], False),
     ([pa.field("s", pa.struct([pa.field("n", pa.int32(), False)])),
       pa.field("l", pa.list_(pa.field("t", pa.timestamp("us"))))], True),
+    # every list kind Arrow has, not only list and large_list
+    ([pa.field("id", pa.int64(), False), pa.field("f", pa.list_(pa.timestamp("us"), 2))], True),
+    ([pa.field("id", pa.int64(), False), pa.field("v", pa.list_view(pa.timestamp("us")))], True),
+    ([pa.field("id", pa.int64(), False),
+      pa.field("v", pa.large_list_view(pa.timestamp("us")))], True),
 ])
 def test_which_schemas_need_invariants_listed(fields, expected):
     schema = pa.schema(fields)
@@ -102,3 +107,4 @@ def test_which_schemas_need_invariants_listed(fields, expected):
 def test_a_nested_not_null_field_counts():
     assert has_not_null(pa.schema([pa.field("s", pa.struct([pa.field("n", pa.int32(), False)]))]))
     assert not has_not_null(pa.schema([pa.field("s", pa.struct([pa.field("n", pa.int32())]))]))
+    assert has_not_null(pa.schema([pa.field("f", pa.list_(pa.field("n", pa.int32(), False), 2))]))

@@ -391,16 +391,17 @@ def _resolve(data: pa.RecordBatch | pa.Table, column: str, names: list[str],
 
 
 def _arrow_fields(fields: Sequence[pa.Field]) -> Iterator[pa.Field]:
-    """Every field of an Arrow schema, nested ones (struct fields, list and map items) too."""
+    """Every field of an Arrow schema, nested ones (struct fields, map and list items) too:
+    every list kind (list, large, fixed-size, view) has a `value_field`."""
     for f in fields:
         yield f
         t = f.type
         if pa.types.is_struct(t):
             yield from _arrow_fields([t.field(i) for i in range(t.num_fields)])
-        elif pa.types.is_list(t) or pa.types.is_large_list(t):
-            yield from _arrow_fields([t.value_field])
         elif pa.types.is_map(t):
             yield from _arrow_fields([t.key_field, t.item_field])
+        elif isinstance(getattr(t, "value_field", None), pa.Field):
+            yield from _arrow_fields([t.value_field])
 
 
 def has_not_null(schema: pa.Schema) -> bool:
