@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -165,14 +167,39 @@ def _label(text: str, width: int = 16) -> str:
     return "\n".join(textwrap.wrap(text, width))
 
 
-def draw_peers(results: dict, path: str) -> None:
+def draw_peers(results: dict, path: str) -> list[str]:
     """`python -m benchmarks --peers`: every ratio against its target; per-batch and end-to-end
     latency beside `format("kafka") -> format("delta")`; the Delta sinks' per-batch time as the
-    table grows."""
+    table grows. A section that did not run (`--peers-only`) gets no panel. Returns the panels'
+    titles."""
+    lat = results.get("latency", {})
+    ok = [n for n, r in lat.get("pipelines", {}).items() if "error" not in r]
+    lr = results.get("delta_sink", {}).get("long_run")
+    panels: list[tuple[float, Callable[[Any], None]]] = [
+        (2.2, lambda ax: _peers_ratios(ax, results))]
+    if ok:
+        panels.append((1.6, lambda ax: _peers_latency(ax, lat, ok)))
+    if lr:
+        panels.append((1.8, lambda ax: _peers_growth(ax, lr)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.5 + 2.8 * sum(w for w, _ in panels), 5.8),
+                             gridspec_kw={"width_ratios": [w for w, _ in panels]}, squeeze=False)
+    for ax, (_, draw) in zip(axes[0], panels):
+        draw(ax)
+    mach = results.get("machine", {})
+    fig.suptitle(f"kafka-eos / delta-eos against format(\"kafka\") and format(\"delta\"), "
+                 f"PySpark {results.get('pyspark', '?')}, {results.get('broker', '?')} broker, "
+                 f"{mach.get('cores', '?')} cores, 1-minute load "
+                 f"{_peak_load(_load_averages(results))}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [ax.get_title() for ax in axes[0]]
+
+
+def _peers_ratios(ax, results: dict) -> None:
+    """Every ratio measured, against its target."""
     from benchmarks.peers_report import TARGETS, _expand
 
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(19, 5.8),
-                                        gridspec_kw={"width_ratios": [2.2, 1.6, 1.8]})
     labels, vals, targets, colors = [], [], [], []
     names = {"source_rows_per_s_vs_format_kafka": "source rows/s",
              "latency_batch_p50_vs_format_kafka_to_delta": "batch p50\n(lower is better)",
@@ -192,21 +219,24 @@ def draw_peers(results: dict, path: str) -> None:
             met = value >= target if op == ">=" else value <= target
             colors.append("#55A868" if met else "#C44E52")
     xs = range(len(vals))
-    bars = ax1.bar(xs, vals, 0.6, color=colors)
+    bars = ax.bar(xs, vals, 0.6, color=colors)
     for b, v in zip(bars, vals):
-        ax1.text(b.get_x() + b.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom",
-                 fontsize=8)
+        ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom",
+                fontsize=8)
     for x, t in zip(xs, targets):
-        ax1.hlines(t, x - 0.4, x + 0.4, colors="black", linestyles="--", linewidth=1.5,
-                   label="target" if x == 0 else None)
-    ax1.axhline(1.0, color="grey", linewidth=0.8)
-    ax1.set_xticks(list(xs), labels, fontsize=7.5, rotation=35, ha="right")
-    ax1.set_ylabel("kafka-eos / delta-eos as a multiple of the peer's figure")
-    ax1.set_title("Against the peers (green: target met, red: missed)")
-    ax1.legend(fontsize=8)
+        ax.hlines(t, x - 0.4, x + 0.4, colors="black", linestyles="--", linewidth=1.5,
+                  label="target" if x == 0 else None)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks(list(xs), labels, fontsize=7.5, rotation=35, ha="right")
+    ax.set_ylabel("kafka-eos / delta-eos as a multiple of the peer's figure")
+    ax.set_title("Against the peers (green: target met, red: missed)")
+    if vals:
+        ax.legend(fontsize=8)
 
-    lat = results.get("latency", {}).get("pipelines", {})
-    ok = [n for n, r in lat.items() if "error" not in r]
+
+def _peers_latency(ax, sec: dict, ok: list[str]) -> None:
+    """Per-batch and end-to-end latency of the pipelines that ran."""
+    lat = sec["pipelines"]
     lx = range(len(ok))
     series = [("batch p50", "trigger_execution_ms_p50", None, "#4C72B0"),
               ("batch p99", "trigger_execution_ms_p99", None, "#8172B3"),
@@ -215,45 +245,34 @@ def draw_peers(results: dict, path: str) -> None:
     w = 0.2
     for i, (lbl, key, sub, color) in enumerate(series):
         v = [(lat[n][sub] if sub else lat[n])[key] for n in ok]
-        b = ax2.bar([x + (i - 1.5) * w for x in lx], v, w, label=lbl, color=color)
+        b = ax.bar([x + (i - 1.5) * w for x in lx], v, w, label=lbl, color=color)
         for bb, vv in zip(b, v):
-            ax2.text(bb.get_x() + bb.get_width() / 2, vv, f"{vv:.0f}", ha="center",
-                     va="bottom", fontsize=6.5)
-    ax2.set_xticks(list(lx), [_label(lat[n]["label"], 22) for n in ok], fontsize=7.5)
-    ax2.set_ylabel("ms")
-    sec = results.get("latency", {})
-    ax2.set_title(f"Latency, {sec.get('rate_records_per_s', '?')} records/s, "
-                  f"{sec.get('trigger_s', 1):g} s trigger")
-    ax2.legend(fontsize=7.5)
+            ax.text(bb.get_x() + bb.get_width() / 2, vv, f"{vv:.0f}", ha="center",
+                    va="bottom", fontsize=6.5)
+    ax.set_xticks(list(lx), [_label(lat[n]["label"], 22) for n in ok], fontsize=7.5)
+    ax.set_ylabel("ms")
+    ax.set_title(f"Latency, {sec.get('rate_records_per_s', '?')} records/s, "
+                 f"{sec.get('trigger_s', 1):g} s trigger")
+    ax.legend(fontsize=7.5)
 
-    lr = results.get("delta_sink", {}).get("long_run")
-    if lr:
-        for key, color in (("delta_eos", "#4C72B0"), ("spark_delta", "#DD8452")):
-            s = lr[key]["trigger_execution_ms"]["series"]
-            k = max(1, len(s) // 50)  # a rolling median, so a stray batch does not hide the trend
+
+def _peers_growth(ax, lr: dict) -> None:
+    """Both Delta sinks' per-batch time (and delta-eos's own commit) as the table grows."""
+    k = max(1, lr["batches"] // 50)  # a rolling median: a stray batch does not hide the trend
+    for key, color in (("delta_eos", "#4C72B0"), ("spark_delta", "#DD8452")):
+        curves = [(lr[key]["trigger_execution_ms"]["series"], "-", "triggerExecution")]
+        if lr[key].get("commit_ms"):
+            curves.append((lr[key]["commit_ms"]["series"], ":", "own commit phase"))
+        for s, style, what in curves:
             smooth = [sorted(s[i:i + k])[len(s[i:i + k]) // 2] for i in range(0, len(s), k)]
-            ax3.plot([i + k / 2 for i in range(0, len(s), k)], smooth, color=color,
-                     label=f"{lr[key]['label']} triggerExecution")
-            c = lr[key].get("commit_ms")
-            if c:
-                cs = c["series"]
-                smooth = [sorted(cs[i:i + k])[len(cs[i:i + k]) // 2] for i in range(0, len(cs), k)]
-                ax3.plot([i + k / 2 for i in range(0, len(cs), k)], smooth, color=color,
-                         linestyle=":", label=f"{lr[key]['label']} own commit phase")
-        ax3.set_xlabel("batch")
-        ax3.set_ylabel(f"ms per batch (median of each {max(1, lr['batches'] // 50)})")
-        ax3.set_title(f"Delta sinks as the table grows: {lr['batches']} batches of "
-                      f"{lr['rows_per_batch']} rows")
-        ax3.legend(fontsize=7.5)
-        ax3.set_ylim(bottom=0)
-    mach = results.get("machine", {})
-    fig.suptitle(f"kafka-eos / delta-eos against format(\"kafka\") and format(\"delta\"), "
-                 f"PySpark {results.get('pyspark', '?')}, {results.get('broker', '?')} broker, "
-                 f"{mach.get('cores', '?')} cores, 1-minute load "
-                 f"{_peak_load(_load_averages(results))}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            ax.plot([i + k / 2 for i in range(0, len(s), k)], smooth, color=color,
+                    linestyle=style, label=f"{lr[key]['label']} {what}")
+    ax.set_xlabel("batch")
+    ax.set_ylabel(f"ms per batch (median of each {k})")
+    ax.set_title(f"Delta sinks as the table grows: {lr['batches']} batches of "
+                 f"{lr['rows_per_batch']} rows")
+    ax.legend(fontsize=7.5)
+    ax.set_ylim(bottom=0)
 
 
 def _peak_load(load: dict) -> str:

@@ -130,3 +130,28 @@ def test_tables_name_every_section_and_verdict():
     assert size_label("1024") == "1 KB" and size_label(100) == "100 B"
     assert not math.isnan(evaluate(results)["delta_sink_rows_per_s_vs_format_delta[1024]"]
                           ["value"])
+
+
+def _long_run(batches: int = 20) -> dict:
+    series = {"series": list(range(100, 100 + batches))}
+    return {"batches": batches, "rows_per_batch": 100,
+            "delta_eos": {"label": "delta-eos", "trigger_execution_ms": series,
+                          "commit_ms": series},
+            "spark_delta": {"label": 'format("delta")', "trigger_execution_ms": series}}
+
+
+def test_the_chart_draws_only_the_sections_that_ran(tmp_path):
+    """`--peers-only delta-sink` has no latency figures: no empty latency panel."""
+    from benchmarks.chart import draw_peers
+
+    delta_only = {"delta_sink": {"long_run": {**_long_run(), "ratio": 2.5}}}
+    titles = draw_peers(delta_only, str(tmp_path / "delta.png"))
+    assert (tmp_path / "delta.png").stat().st_size > 0
+    assert len(titles) == 2 and titles[0].startswith("Against the peers")
+    assert titles[1].startswith("Delta sinks as the table grows: 20 batches")
+    latency = {"latency": {"rate_records_per_s": 200, "trigger_s": 1, "pipelines": {
+        "eos": {"label": "kafka-eos -> delta-eos", "trigger_execution_ms_p50": 500,
+                "trigger_execution_ms_p99": 900,
+                "end_to_end": {"p50_ms": 700, "p99_ms": 1200}}}}}
+    titles = draw_peers(latency, str(tmp_path / "latency.png"))
+    assert len(titles) == 2 and titles[1].startswith("Latency, 200 records/s")
