@@ -30,6 +30,7 @@ from connectors.options import Options
 from sinks.kafka_commit import END_TXN_VERSION, INIT_PRODUCER_ID_VERSION
 from connectors.testing.kafka_oracle import read_partition
 from integration_tests.kafka_data import create_topic, unique_topic
+from integration_tests.streaming import wait_for
 from sinks.kafka import KafkaSink, KafkaSinkOptions
 from sinks.two_phase_commit import (
     PreparedPartition,
@@ -164,19 +165,14 @@ def test_a_decided_transaction_aborted_behind_the_sinks_back_is_lost(bootstrap, 
     assert tags(bootstrap, out) == [] and tags(bootstrap, out, "aborted") == [b"aborted"]
 
 
-def _outcome_once_ended(bootstrap, txn: PreparedTxn, starts: dict, timeout_s: float = 30) -> str:
-    """The output's outcome of a transaction this test has just ended: EndTxn returns once the
-    coordinator has logged its decision (PREPARE_COMMIT), and it writes the markers to the
-    partitions after that, so the output may show the records without a marker for a moment
-    (seen on Apache Kafka 3.9 with the suite's two workers on 2 cores). The sink never reads
-    an outcome in that window: it settles only after the coordinator refused its EndTxn, and a
-    fence or an expiry completes only once the markers are written."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        outcome = transaction_outcome(bootstrap, txn, starts)
-        if outcome != "open" or time.monotonic() > deadline:
-            return outcome
-        time.sleep(0.2)
+def _wait_until_ended(bootstrap, txn: PreparedTxn, starts: dict) -> None:
+    """EndTxn returns once the coordinator has logged its decision (PREPARE_COMMIT); it writes
+    the markers to the partitions after that, so the output may show the records without a
+    marker for a moment (seen on Apache Kafka 3.9 with the suite's two workers on 2 cores).
+    The sink never reads an outcome in that window: it settles only after the coordinator
+    refused its EndTxn, and a fence or an expiry completes only once the markers are written."""
+    wait_for(lambda: transaction_outcome(bootstrap, txn, starts) != "open", 30,
+             f"the markers of {txn.transactional_id}")
 
 
 def test_settling_reads_from_the_batch_start_or_the_log_start(bootstrap, out, tmp_path):
@@ -191,7 +187,8 @@ def test_settling_reads_from_the_batch_start_or_the_log_start(bootstrap, out, tm
     assert 0 < start <= first
     assert transaction_outcome(bootstrap, txn, {(topic, partition): start}) == "open"
     end_transaction(bootstrap, txn, commit=True)
-    assert _outcome_once_ended(bootstrap, txn, {(topic, partition): start}) == "committed"
+    _wait_until_ended(bootstrap, txn, {(topic, partition): start})
+    assert transaction_outcome(bootstrap, txn, {(topic, partition): start}) == "committed"
     assert transaction_outcome(bootstrap, txn, {(topic, partition): None}) == "committed"
 
 
@@ -209,7 +206,8 @@ def test_settling_and_the_oracle_read_past_a_megabyte_of_records(bootstrap, out,
     txn = PreparedTxn(handle["transactional_id"], handle["producer_id"], handle["producer_epoch"])
     assert transaction_outcome(bootstrap, txn, {(out, 0): None}) == "open"
     end_transaction(bootstrap, txn, commit=True)
-    assert _outcome_once_ended(bootstrap, txn, {(out, 0): None}) == "committed"
+    _wait_until_ended(bootstrap, txn, {(out, 0): None})
+    assert transaction_outcome(bootstrap, txn, {(out, 0): None}) == "committed"
     assert len(read_partition(bootstrap, out, 0).committed) == 3000 + 5  # and the 5 of "mine"
 
 
