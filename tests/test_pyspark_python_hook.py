@@ -63,3 +63,65 @@ def test_the_installed_package_sets_it_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", "import os; print(os.environ['PYSPARK_PYTHON'])"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == sys.executable, out.stderr
+
+
+# --- PySpark's bundled pyspark.zip on the workers' path ---------------------------------------
+
+
+def _pip_layout(root: Path) -> tuple[Path, Path, Path]:
+    """site-packages as pip lays PySpark out: the package, its bundled zips, py4j beside it."""
+    sp = root / "site-packages"
+    (sp / "pyspark" / "python" / "lib").mkdir(parents=True)
+    (sp / "pyspark" / "__init__.py").write_text("")
+    (sp / "py4j").mkdir()
+    (sp / "py4j" / "__init__.py").write_text("")
+    zips = sp / "pyspark" / "python" / "lib"
+    return sp, zips / "pyspark.zip", zips / "py4j-0.10.9.9-src.zip"
+
+
+def test_the_zips_bundled_in_the_installed_pyspark_leave_the_path(tmp_path):
+    """Spark puts $SPARK_HOME/python/lib/pyspark.zip first on its Python workers' path; for a
+    pip-installed PySpark that zip lies inside the installed package, the same code, which every
+    worker would compile again from source (zipimport keeps no bytecode)."""
+    sp, pyspark_zip, py4j_zip = _pip_layout(tmp_path)
+    jar = str(sp / "pyspark" / "jars" / "spark-core_2.13-4.3.0.jar")
+    path = [str(pyspark_zip), str(py4j_zip), jar, "/work/job", str(sp)]
+    cache = {str(pyspark_zip): object(), jar: object(), "/work/job": None}
+    hook.drop_bundled_pyspark_zips(path, cache)
+    assert path == ["/work/job", str(sp)]
+    assert list(cache) == ["/work/job"]  # importlib.invalidate_caches() would re-read them
+
+
+def test_a_spark_home_of_its_own_keeps_its_zips(tmp_path):
+    """A cluster's SPARK_HOME (no installed package around its zip), or a py4j zip without a
+    py4j package beside PySpark: those zips are the only copy, and stay."""
+    spark_home = tmp_path / "opt" / "spark"
+    spark_home_zip = str(spark_home / "python" / "lib" / "pyspark.zip")
+    spark_home_jar = str(spark_home / "jars" / "spark-core_2.13-4.3.0.jar")
+    sp, pyspark_zip, py4j_zip = _pip_layout(tmp_path)
+    (sp / "py4j" / "__init__.py").unlink()
+    path = [spark_home_zip, spark_home_jar, str(py4j_zip), str(pyspark_zip), str(sp)]
+    hook.drop_bundled_pyspark_zips(path, {})
+    assert path == [spark_home_zip, spark_home_jar, str(py4j_zip), str(sp)]
+
+
+def test_a_spark_worker_imports_the_installed_pyspark_not_its_zip():
+    """As Spark starts its Python workers here: PYTHONPATH with the installed PySpark's own
+    pyspark.zip and py4j zip first. The worker's pyspark is the installed package's, with the
+    bytecode pip compiled."""
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = sorted(str(p) for p in lib.glob("*.zip"))
+    assert any(z.endswith("pyspark.zip") for z in zips), f"no pyspark.zip in {lib}"
+    zips += [str(next((lib.parent.parent / "jars").glob("spark-core_*.jar")))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(zips)}
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, pyspark, py4j; print(pyspark.__file__); "
+         "print(py4j.__file__); print(any(p.endswith(('.zip', '.jar')) and 'pyspark' in p for p in sys.path))"],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    pyspark_file, py4j_file, zip_on_path = out.stdout.split()
+    assert pyspark_file == pyspark.__file__
+    assert ".zip" not in py4j_file
+    assert zip_on_path == "False"
