@@ -30,13 +30,17 @@ if SPARK_CDS_ENV not in os.environ:
 
 #: The longest modules (minutes each: sequences of killed and restarted Spark processes) are
 #: handed out first, so that the two xdist workers of the default run (pyproject.toml's addopts,
-#: `--dist loadfile`) end together instead of one running a long module alone at the end.
-#: From `--durations` of the suite on 2 cores, 2026-11-26.
+#: `--dist loadfile --no-loadscope-reorder`: xdist's own reordering, by number of tests per
+#: module, would hand the one-test crash matrices out last) end together instead of one running
+#: a long module alone at the end. From the suite's junit durations on 2 cores, 2026-11-26.
 LONGEST_FIRST = (
-    "test_kafka_crash_matrix", "test_delta_crash_matrix", "test_postgres_crash_matrix",
-    "test_operations", "test_delta_upsert_crash_matrix", "test_secured_clusters",
-    "test_chained_kafka", "test_demo", "test_benchmarks_smoke", "test_delta_s3",
-    "test_spark_connect", "test_peers_interop",
+    "test_kafka_crash_matrix", "test_postgres_crash_matrix", "test_delta_crash_matrix",
+    "test_delta_upsert_crash_matrix", "test_chained_kafka", "test_operations",
+    "test_secured_clusters", "test_demo", "test_benchmarks_smoke", "test_streaming",
+    "test_peers_interop", "test_delta_s3", "test_kafka_sink_reset", "test_delta_operations",
+    "test_delta_sink", "test_first_pipeline", "test_postgres_sink", "test_demo_secured",
+    "test_kafka_sink_commit", "test_kill_restart", "test_secured_refusals", "test_quiet_stop",
+    "test_spark_connect", "test_batch_write",
 )
 
 
