@@ -14,12 +14,13 @@ corrects it to itself instead of taking it for the user's choice.
 It also drops PySpark's bundled archives from the path when they lie inside the installed
 PySpark package (`drop_bundled_pyspark_zips`). Spark starts every Python worker (the
 data-source look-up, planning, each daemon, the streaming runners) with
-`$SPARK_HOME/python/lib/pyspark.zip`, its py4j zip and spark-core's jar first on PYTHONPATH. For a pip-installed PySpark, SPARK_HOME is the package
-itself, so the zip is the same code as the package; but zipimport keeps no bytecode, so every
-worker compiled PySpark from source: measured here, 1.3-1.8 s of CPU per Python process instead
-of 0.3-0.4 s, and about a third of a short streaming query's CPU. A cluster's own SPARK_HOME
-(no installed package around the zip) keeps its zips. Both steps only read os and sys, loaded
-already, so the cost at start-up is nil.
+`$SPARK_HOME/python/lib/pyspark.zip`, its py4j zip and spark-core's jar first on PYTHONPATH.
+For a pip-installed PySpark, SPARK_HOME is the package itself, so the zip is the same code as
+the package; but zipimport keeps no bytecode, so every worker compiled PySpark from source:
+measured here, 1.3-1.8 s of CPU per Python process instead of 0.3-0.4 s, and about a third of a
+short streaming query's CPU. A cluster's own SPARK_HOME (no installed package around the zip)
+keeps its zips. Both steps use only os and sys, loaded already, and stat a file or two: the
+cost at start-up is nil.
 """
 
 import os
