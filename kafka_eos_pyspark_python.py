@@ -51,10 +51,11 @@ def drop_bundled_pyspark_zips(path: list = sys.path, cache: dict = sys.path_impo
         if not isinstance(entry, str) or not entry.endswith((".zip", ".jar")):
             continue
         folder, name = os.path.split(os.path.normpath(entry))
-        if os.path.basename(folder) == "jars":
-            package = os.path.dirname(folder)
-        elif folder.endswith(os.path.join("", "python", "lib")):
-            package = os.path.dirname(os.path.dirname(folder))
+        parent, leaf = os.path.split(folder)
+        if leaf == "jars":
+            package = parent
+        elif leaf == "lib" and os.path.basename(parent) == "python":
+            package = os.path.dirname(parent)
         else:
             continue
         if os.path.basename(package) != "pyspark":

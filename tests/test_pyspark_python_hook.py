@@ -100,9 +100,10 @@ def test_a_spark_home_of_its_own_keeps_its_zips(tmp_path):
     spark_home_jar = str(spark_home / "jars" / "spark-core_2.13-4.3.0.jar")
     sp, pyspark_zip, py4j_zip = _pip_layout(tmp_path)
     (sp / "py4j" / "__init__.py").unlink()
-    path = [spark_home_zip, spark_home_jar, str(py4j_zip), str(pyspark_zip), str(sp)]
+    elsewhere = str(sp / "pyspark" / "mypython" / "lib" / "pyspark.zip")  # not python/lib
+    path = [spark_home_zip, spark_home_jar, str(py4j_zip), elsewhere, str(pyspark_zip), str(sp)]
     hook.drop_bundled_pyspark_zips(path, {})
-    assert path == [spark_home_zip, spark_home_jar, str(py4j_zip), str(sp)]
+    assert path == [spark_home_zip, spark_home_jar, str(py4j_zip), elsewhere, str(sp)]
 
 
 def test_a_spark_worker_imports_the_installed_pyspark_not_its_zip():
