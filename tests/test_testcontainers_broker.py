@@ -151,8 +151,8 @@ def _state(pid: int) -> str:
 
 
 #: States of a process that is not stopped: resumed, `sleep` may be running (R), sleeping (S)
-#: or, for a moment on a loaded host, in an uninterruptible wait (D: CI saw one, paging back in
-#: after SIGCONT). Only T (stopped by a signal) and t (stopped by a tracer) mean frozen.
+#: or, for a moment on a loaded host, in an uninterruptible wait (D: CI saw one right after the
+#: resume). Only T (stopped by a signal) and t (stopped by a tracer) mean frozen.
 _STOPPED = ("T", "t")
 
 
