@@ -8,15 +8,17 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from tenacity import (
+    RetryCallState,
+    RetryError,
     Retrying,
     retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
+    stop_before_delay,
 )
 
 from connectors.kafka_security import connection_hint, protocol_of, translate
@@ -25,46 +27,144 @@ from connectors.options import OptionError, Options
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Errors that say "try again": the broker or the network, not the request.
+#: Errors that say "try again": the broker or the network, not the request. Besides what
+#: librdkafka calls retriable, those a broker restart, a leader election or a moving coordinator
+#: cause (seen on a 3-node cluster restarted broker by broker: `_UNKNOWN_PARTITION` while a
+#: partition's leader moved, `_DESTROY_BROKER` when librdkafka dropped a restarted broker's handle).
 _TRANSIENT_CODES = {
     KafkaError._TRANSPORT,
     KafkaError._TIMED_OUT,
+    KafkaError._TIMED_OUT_QUEUE,
     KafkaError._ALL_BROKERS_DOWN,
     KafkaError._WAIT_COORD,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._DESTROY_BROKER,
+    KafkaError._NODE_UPDATE,
     KafkaError.REQUEST_TIMED_OUT,
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_COORDINATOR,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     KafkaError.NETWORK_EXCEPTION,
+    KafkaError.NOT_CONTROLLER,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.KAFKA_STORAGE_ERROR,
 }
 
 
 def is_transient(exc: BaseException) -> bool:
+    """Worth trying again: a retriable Kafka error, or a cluster that did not answer (as
+    opposed to one that refused our credentials or TLS)."""
+    if isinstance(exc, ClusterConnectionError):
+        return not exc.refused
     if not isinstance(exc, KafkaException) or not exc.args:
         return False
     err = exc.args[0]
     if not isinstance(err, KafkaError):
         return False
+    if err.fatal():
+        return False
     return err.retriable() or err.code() in _TRANSIENT_CODES
 
 
-def with_retries(
-    what: str, fn: Callable[[], T], *, attempts: int = 5, max_wait_s: float = 5.0
-) -> T:
-    """Run `fn`, retrying transient Kafka errors with exponential backoff, then re-raise."""
-    retrying = Retrying(
-        retry=retry_if_exception(is_transient),
-        stop=stop_after_attempt(attempts),
-        wait=wait_exponential(multiplier=0.1, max=max_wait_s),
-        reraise=True,
-        before_sleep=lambda rs: log.warning(
-            "transient Kafka error during %s (attempt %d/%d): %s",
-            what, rs.attempt_number, attempts, rs.outcome.exception() if rs.outcome else "",
-        ),
-    )
-    return retrying(fn)
+#: `kafkaRetryTimeout`: how long every Kafka call of the source and the Kafka sink (metadata,
+#: offsets, init_transactions, flush, EndTxn, ...) is retried across transient errors before it
+#: fails. Minutes, not seconds: a broker restarted in a rolling upgrade is back in 10-30 s, a
+#: lost quorum in about as long as its operator takes.
+RETRY_TIMEOUT_OPTION = "kafkaRetryTimeout"
+DEFAULT_RETRY_TIMEOUT_MS = 5 * 60_000
+
+
+class KafkaRetriesExhausted(RuntimeError):
+    """A Kafka call kept failing with transient errors until `kafkaRetryTimeout` ran out. Not
+    itself transient: the callers above it must not start another round of retries."""
+
+    def __init__(self, message: str, last: BaseException) -> None:
+        super().__init__(message)
+        self.last = last
+
+
+def retry_timeout_ms(options: Options) -> int:
+    """`kafkaRetryTimeout` (a duration such as `5m`, `90s`), positive."""
+    value = options.get_duration_ms(RETRY_TIMEOUT_OPTION, DEFAULT_RETRY_TIMEOUT_MS)
+    if value <= 0:
+        raise OptionError(RETRY_TIMEOUT_OPTION,
+                          f"must be a positive duration such as '5m' or '90s', not {value} ms")
+    return value
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of one Kafka call across transient errors, with exponential backoff, under one
+    overall deadline. Pickled to tasks with the source's and the sinks' options."""
+
+    timeout_s: float = DEFAULT_RETRY_TIMEOUT_MS / 1000
+    first_wait_s: float = 0.1
+    max_wait_s: float = 5.0
+
+    @classmethod
+    def from_options(cls, options: Options) -> "RetryPolicy":
+        return cls(timeout_s=retry_timeout_ms(options) / 1000)
+
+    def call(
+        self,
+        what: str,
+        fn: Callable[[], T],
+        *,
+        transient: Callable[[BaseException], bool] = is_transient,
+        min_wait_s: float = 0.0,
+        on_retry: Callable[[BaseException], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> T:
+        """`fn()`, tried again while it fails with an error `transient` accepts and the
+        deadline allows; then KafkaRetriesExhausted naming `what`, the last error, how many
+        attempts and for how long. Other errors are raised at once, as they are. `on_retry`
+        runs before each new attempt (e.g. to drop a client in doubt)."""
+        started = time.monotonic()
+
+        def wait(state: RetryCallState) -> float:
+            return max(min_wait_s, min(self.max_wait_s,
+                                       self.first_wait_s * 2 ** (state.attempt_number - 1)))
+
+        def before_sleep(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            (log.warning if state.attempt_number == 1 else log.info)(
+                "kafka-eos: transient error %s (attempt %d, %.1f s so far, retrying for up to "
+                "%s=%.0f s): %s", what, state.attempt_number, time.monotonic() - started,
+                RETRY_TIMEOUT_OPTION, self.timeout_s, _describe_error(error))
+            if on_retry is not None and error is not None:
+                on_retry(error)
+
+        retrying = Retrying(retry=retry_if_exception(transient),
+                            stop=stop_before_delay(self.timeout_s), wait=wait,
+                            before_sleep=before_sleep, sleep=sleep)
+        try:
+            result = retrying(fn)
+        except RetryError as e:
+            last = e.last_attempt.exception()
+            raise KafkaRetriesExhausted(
+                f"kafka-eos: {what} failed with transient errors for "
+                f"{time.monotonic() - started:.0f} s ({e.last_attempt.attempt_number} attempts); "
+                f"the last: {_describe_error(last)}. Gave up after {RETRY_TIMEOUT_OPTION}="
+                f"{self.timeout_s:.0f} s: check that the brokers are up and reachable from here, "
+                f"or raise {RETRY_TIMEOUT_OPTION}", last) from last
+        attempts = retrying.statistics.get("attempt_number", 1)
+        if attempts > 1:
+            log.warning("kafka-eos: %s succeeded after %d attempts, %.1f s", what, attempts,
+                        time.monotonic() - started)
+        return result
+
+
+def _describe_error(e: BaseException | None) -> str:
+    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+        err = e.args[0]
+        return f"{err.name()} ({err.str()})"
+    return f"{type(e).__name__}: {e}"
 
 
 def librdkafka_conf(options: Options) -> dict[str, str]:
@@ -98,8 +198,13 @@ def consumer_conf(base: Mapping[str, str]) -> dict[str, str]:
 
 
 class ClusterConnectionError(ConnectionError):
-    """The cluster refused our connection (TLS or SASL) or never answered: the message names
-    the options to check, never their values."""
+    """The cluster refused our connection (TLS or SASL: `refused`) or never answered: the
+    message names the options to check, never their values. One that never answered is
+    transient (a cluster restarting, a network cut)."""
+
+    def __init__(self, message: str, *, refused: bool = True) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 #: librdkafka errors that say the security settings are wrong, not that the broker is busy.
@@ -136,7 +241,8 @@ def _connected_consumer(conf: Mapping[str, str], timeout_s: float) -> Consumer:
                 text = detail.str() if isinstance(detail, KafkaError) else str(detail)
                 raise ClusterConnectionError(
                     f"cannot use the Kafka cluster at {conf.get('bootstrap.servers')} "
-                    f"({protocol_of(conf)}): {text}. {connection_hint(conf, text)}") from None
+                    f"({protocol_of(conf)}): {text}. {connection_hint(conf, text)}",
+                    refused=bool(refused)) from None
 
 
 _CHECKED: set[tuple] = set()
@@ -152,23 +258,35 @@ def check_connection(conf: Mapping[str, str], timeout_s: float = 10.0) -> None:
 
 
 class KafkaMetadata:
-    """Driver-side look-ups (topics, watermarks, offsets by time) with bounded retries."""
+    """Driver-side look-ups (topics, watermarks, offsets by time), one attempt each: the
+    caller retries (RetryPolicy) and calls `reset()` after a failure, so that a client in doubt
+    (a handle librdkafka gave up on, `_DESTROY_BROKER`; metadata naming a dead broker) is not
+    asked again and the next attempt connects afresh."""
 
-    def __init__(self, base_conf: Mapping[str, str], *, timeout_s: float = 10.0, attempts: int = 5):
-        self._consumer = _connected_consumer(base_conf, timeout_s)
+    def __init__(self, base_conf: Mapping[str, str], *, timeout_s: float = 10.0):
+        self._conf = dict(base_conf)
         self._timeout = timeout_s
-        self._attempts = attempts
+        self._consumer: Consumer | None = None
 
     def close(self) -> None:
-        self._consumer.close()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+    def reset(self) -> None:
+        try:
+            self.close()
+        except Exception as e:  # a client in doubt: nothing of it is needed
+            log.debug("closing a metadata client after an error: %s", e)
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = _connected_consumer(self._conf, self._timeout)
+        return self._consumer
 
     def topics(self) -> dict[str, int]:
         """Topic name -> partition count, for every topic the broker lists."""
-        md = with_retries(
-            "listing topics",
-            lambda: self._consumer.list_topics(timeout=self._timeout),
-            attempts=self._attempts,
-        )
+        md = self._client().list_topics(timeout=self._timeout)
         return {
             name: len(t.partitions)
             for name, t in md.topics.items()
@@ -177,16 +295,12 @@ class KafkaMetadata:
 
     def watermarks(self, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         """(low, high) per partition; `high` is the last stable offset under read_committed."""
-        out = {}
-        for topic, partition in tps:
-            out[(topic, partition)] = with_retries(
-                f"reading offsets of {topic}-{partition}",
-                lambda t=topic, p=partition: self._consumer.get_watermark_offsets(
-                    TopicPartition(t, p), timeout=self._timeout, cached=False
-                ),
-                attempts=self._attempts,
-            )
-        return out
+        consumer = self._client()
+        return {
+            (topic, partition): consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._timeout, cached=False)
+            for topic, partition in tps
+        }
 
     def offsets_for_times(
         self, wanted: Mapping[tuple[str, int], int]
@@ -195,11 +309,7 @@ class KafkaMetadata:
         if not wanted:
             return {}
         query = [TopicPartition(t, p, ts) for (t, p), ts in wanted.items()]
-        found = with_retries(
-            "looking up offsets by timestamp",
-            lambda: self._consumer.offsets_for_times(query, timeout=self._timeout),
-            attempts=self._attempts,
-        )
+        found = self._client().offsets_for_times(query, timeout=self._timeout)
         for tp in found:
             if tp.error is not None:
                 raise KafkaException(tp.error)

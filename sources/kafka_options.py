@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
-from connectors.kafka_client import librdkafka_conf
+from connectors.kafka_client import RETRY_TIMEOUT_OPTION, RetryPolicy, librdkafka_conf
 from connectors.options import OptionError, Options
 from connectors.paths import normalise
 from sources.offsets import PartitionOffsets, parse_offsets_option
@@ -39,6 +39,7 @@ KNOWN_OPTIONS = (
     "kafkaConsumer.cache.timeout",  # Spark: spark.kafka.consumer.cache.timeout
     "fetchOffset.numRetries",
     "fetchOffset.retryIntervalMs",
+    RETRY_TIMEOUT_OPTION,
     "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
@@ -164,6 +165,8 @@ class KafkaSourceOptions:
     task_metrics_location: str | None = None
     #: readMode (READ_MODES).
     read_mode: str = "tasks"
+    #: kafkaRetryTimeout: every look-up and read retries transient errors under this deadline.
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -430,4 +433,5 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
         commit_group=_commit_group(opts, batch=batch),
         task_metrics_location=_task_metrics_location(opts, batch=batch),
         read_mode=read_mode,
+        retry_policy=RetryPolicy.from_options(opts),
     )

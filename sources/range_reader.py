@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from connectors.kafka_client import RetryPolicy, is_transient
 from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
 from sources.offsets import OffsetRange
 
@@ -339,9 +340,10 @@ def _handle_error(
     if err.code() == KafkaError._PARTITION_EOF:
         return next_offset
     if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-        low, _high = consumer.get_watermark_offsets(
-            TopicPartition(r.topic, r.partition), timeout=10, cached=False
-        )
+        low, _high = RetryPolicy().call(
+            f"reading the earliest offset of {r.topic}-{r.partition}",
+            lambda: consumer.get_watermark_offsets(
+                TopicPartition(r.topic, r.partition), timeout=10, cached=False))
         message = (
             f"kafka-eos: offsets {next_offset}..{min(low, r.until_offset) - 1} of "
             f"{r.topic}-{r.partition} are no longer available (earliest is now {low}); "
@@ -356,7 +358,7 @@ def _handle_error(
         if resume < r.until_offset:
             consumer.assign([TopicPartition(r.topic, r.partition, resume)])
         return resume
-    if err.retriable():
+    if is_transient(KafkaException(err)):  # a leader moving: librdkafka fetches again
         log.warning("kafka-eos: transient error reading %s-%s: %s", r.topic, r.partition, err)
         return next_offset
     raise KafkaException(err)

@@ -15,17 +15,12 @@ from confluent_kafka.admin import AdminClient
 
 from connectors.options import OptionError
 from sources.kafka_options import KafkaSourceOptions, StartSpec, Subscription
-from connectors.kafka_client import KafkaMetadata, is_transient
+from connectors.kafka_client import KafkaMetadata, KafkaRetriesExhausted, is_transient
 from sources.offsets import EARLIEST, LATEST, PartitionOffsets, TopicIds, TopicPartition
 from sources.range_reader import DataLossError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-#: Backoff between look-ups that failed with a transient error, when fetchOffset.retryIntervalMs
-#: is shorter: doubling from the first, capped at the last (seconds).
-BACKOFF_FIRST_S = 0.1
-BACKOFF_MAX_S = 5.0
 
 #: librdkafka properties of consumers only (scope "C" in its CONFIGURATION.md): left out of the
 #: admin client's configuration, which would otherwise log a warning for each of them.
@@ -53,30 +48,26 @@ class OffsetResolver:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.options = options
         self._sleep = sleep
-        # One attempt each: the retries are made here, fetchOffset.retryIntervalMs apart.
-        self.metadata = KafkaMetadata(options.kafka_conf, attempts=1)
+        self.metadata = KafkaMetadata(options.kafka_conf)
 
     def close(self) -> None:
         self._admin = None  # librdkafka destroys the handle with the object
         self.metadata.close()
 
     def _retrying(self, what: str, fn: Callable[[], T]) -> T:
-        """`fn`, tried again fetchOffset.numRetries times on transient broker errors, at least
+        """`fn`, tried again on transient broker errors until kafkaRetryTimeout, at least
         fetchOffset.retryIntervalMs apart (as Spark's Kafka source waits between offset
-        look-ups), and no sooner than an exponential backoff from 100 ms (capped at 5 s)."""
-        retries = self.options.fetch_retries
-        for attempt in range(retries + 1):
-            try:
-                return fn()
-            except Exception as e:
-                if attempt == retries or not is_transient(e):
-                    raise
-                wait = max(self.options.fetch_retry_interval_ms / 1000,
-                           min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** attempt))
-                log.warning("kafka-eos: transient error %s (attempt %d of %d): %s; again in %.3f s",
-                            what, attempt + 1, retries + 1, e, wait)
-                self._sleep(wait)
-        raise AssertionError("unreachable")
+        look-ups) and backing off exponentially from 100 ms up to 5 s. A failed attempt drops
+        the clients: the admin client left waiting for a controller that went down ("Failed
+        while waiting for controller") stalled a query restarted during a rolling restart."""
+        return self.options.retry_policy.call(
+            f"{what} at {self.options.bootstrap_servers}", fn,
+            min_wait_s=self.options.fetch_retry_interval_ms / 1000,
+            on_retry=self._reset_clients, sleep=self._sleep)
+
+    def _reset_clients(self, _error: BaseException) -> None:
+        self._admin = None
+        self.metadata.reset()
 
     def _watermarks(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         tps = list(tps)
@@ -128,7 +119,7 @@ class OffsetResolver:
         try:
             return self._retrying("describing topics", lambda: self._describe(names))
         except Exception as e:
-            if is_transient(e):
+            if is_transient(e) or isinstance(e, KafkaRetriesExhausted):
                 raise
             self._ids_unavailable = True
             log.warning("kafka-eos: the topic ids of %s could not be read (%s); a topic deleted "
@@ -136,10 +127,13 @@ class OffsetResolver:
                         ", ".join(names), e)
             return {}
 
+    def _new_admin(self, conf: dict[str, str]) -> AdminClient:
+        return AdminClient(conf)
+
     def _describe(self, names: list[str]) -> TopicIds:
         if self._admin is None:
             conf = {k: v for k, v in self.options.kafka_conf.items() if k not in CONSUMER_ONLY}
-            self._admin = AdminClient(conf)
+            self._admin = self._new_admin(conf)
         futures = self._admin.describe_topics(TopicCollection(names), request_timeout=10)
         ids: TopicIds = {}
         for name, future in futures.items():
@@ -195,8 +189,7 @@ class OffsetResolver:
 
     def _by_timestamp(self, wanted: Mapping[TopicPartition, int], option: str) -> PartitionOffsets:
         found = self._retrying(
-            "looking up offsets by timestamp", lambda: self.metadata.offsets_for_times(wanted)
-        )
+            "looking up offsets by timestamp", lambda: self.metadata.offsets_for_times(wanted))
         missing = [tp for tp, off in found.items() if off < 0]
         if missing:
             where = ", ".join(f"{t}-{p}" for t, p in sorted(missing))

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka_client import consumer_conf, is_transient, librdkafka_conf, with_retries
+from connectors.kafka_client import (
+    ClusterConnectionError,
+    KafkaRetriesExhausted,
+    RetryPolicy,
+    consumer_conf,
+    is_transient,
+    librdkafka_conf,
+)
 from connectors.options import OptionError, Options
 
 
@@ -21,25 +28,88 @@ def _failing(times: int, code: int):
     return fn, calls
 
 
-def test_transient_errors_are_retried_then_succeed():
+class Clock:
+    """time.monotonic and sleep for RetryPolicy, without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr("connectors.kafka_client.time.monotonic", lambda: c.now)
+    monkeypatch.setattr("tenacity.time.monotonic", lambda: c.now, raising=False)
+    return c
+
+
+def test_transient_errors_are_retried_then_succeed(clock):
     fn, calls = _failing(2, KafkaError._TRANSPORT)
-    assert with_retries("test", fn, attempts=3, max_wait_s=0.01) == "ok"
+    assert RetryPolicy(timeout_s=60).call("test", fn, sleep=clock.sleep) == "ok"
     assert calls["n"] == 3
+    assert clock.sleeps == [0.1, 0.2]
 
 
-def test_retry_budget_is_bounded_and_the_error_is_reraised():
-    fn, calls = _failing(10, KafkaError._TIMED_OUT)
-    with pytest.raises(KafkaException):
-        with_retries("test", fn, attempts=3, max_wait_s=0.01)
-    assert calls["n"] == 3
+@pytest.mark.parametrize("code", [
+    KafkaError._UNKNOWN_PARTITION,  # a partition's leader moving (a broker restarted)
+    KafkaError._DESTROY_BROKER,  # librdkafka dropped a restarted broker's handle
+    KafkaError._TRANSPORT,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.REQUEST_TIMED_OUT,
+])
+def test_what_a_broker_restart_causes_is_transient(code):
+    assert is_transient(KafkaException(KafkaError(code)))
 
 
-def test_permanent_errors_are_not_retried():
+def test_a_cluster_that_never_answered_is_transient_one_that_refused_is_not():
+    assert is_transient(ClusterConnectionError("no answer", refused=False))
+    assert not is_transient(ClusterConnectionError("bad password", refused=True))
+
+
+def test_retries_outlast_a_broker_restart_and_stop_at_the_deadline(clock):
+    """The old policy gave up after five attempts, about 1.5 s: a restarted broker is back
+    in about 10 s. Now the deadline decides, and the error names what and for how long."""
+    fn, calls = _failing(10_000, KafkaError._UNKNOWN_PARTITION)
+    with pytest.raises(KafkaRetriesExhausted) as info:
+        RetryPolicy(timeout_s=120).call("reading the offsets of t-3", fn, sleep=clock.sleep)
+    assert 100 <= sum(clock.sleeps) <= 120
+    assert max(clock.sleeps) == 5.0  # backoff capped
+    message = str(info.value)
+    assert "reading the offsets of t-3" in message and "kafkaRetryTimeout=120 s" in message
+    assert "_UNKNOWN_PARTITION" in message and f"{calls['n']} attempts" in message
+    assert not is_transient(info.value)  # nobody above retries it again
+
+
+def test_permanent_errors_are_not_retried(clock):
     fn, calls = _failing(10, KafkaError.TOPIC_AUTHORIZATION_FAILED)
     with pytest.raises(KafkaException):
-        with_retries("test", fn, attempts=5, max_wait_s=0.01)
+        RetryPolicy(timeout_s=60).call("test", fn, sleep=clock.sleep)
     assert calls["n"] == 1
     assert not is_transient(ValueError("not kafka"))
+
+
+def test_retries_wait_at_least_the_minimum_and_drop_the_client_between(clock):
+    fn, calls = _failing(2, KafkaError._DESTROY_BROKER)
+    dropped: list[BaseException] = []
+    RetryPolicy(timeout_s=60).call("t", fn, min_wait_s=0.7, on_retry=dropped.append,
+                                   sleep=clock.sleep)
+    assert clock.sleeps == [0.7, 0.7] and len(dropped) == 2
+
+
+def test_the_retry_timeout_option():
+    assert RetryPolicy.from_options(Options({})).timeout_s == 300
+    assert RetryPolicy.from_options(Options({"kafkaRetryTimeout": "90s"})).timeout_s == 90
+    with pytest.raises(OptionError, match="kafkaRetryTimeout"):
+        RetryPolicy.from_options(Options({"kafkaRetryTimeout": "0s"}))
 
 
 def test_consumer_conf_keeps_offsets_out_of_kafka_whatever_the_user_sets():

@@ -15,6 +15,7 @@ from sources.kafka_options import parse_source_options
 from sources.kafka_source import KafkaBatchReader, KafkaStreamReader
 from sources.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from sources.range_reader import DataLossError
+from connectors.kafka_client import KafkaRetriesExhausted
 from sources.resolver import OffsetResolver
 
 P0: TopicPartition = ("lat", 0)
@@ -208,6 +209,9 @@ class FakeMetadata:
     def close(self) -> None:
         pass
 
+    def reset(self) -> None:
+        self.calls.append("reset")
+
     def topics(self) -> dict[str, int]:
         self._maybe_fail("topics")
         return {t: max(p for tt, p in self.highs[0] if tt == t) + 1 for t, _ in self.highs[0]}
@@ -245,12 +249,18 @@ def test_transient_lookup_errors_are_retried_retry_interval_apart():
     assert sleeps == [0.7, 0.7]
 
 
-def test_transient_lookup_errors_beyond_num_retries_fail():
-    opts = _options(**{"fetchOffset.numRetries": "1"})
-    resolver = _resolver(opts, FakeMetadata([{P0: 40}], failures=2))
-    with pytest.raises(KafkaException):
+def test_transient_lookup_errors_are_retried_until_the_retry_timeout_then_fail_naming_it():
+    """fetchOffset.numRetries no longer bounds them: a broker restart outlasts four look-ups
+    10 ms apart. kafkaRetryTimeout does, and each failed attempt drops the client."""
+    opts = _options(**{"fetchOffset.numRetries": "1", "kafkaRetryTimeout": "1s"})
+    sleeps: list[float] = []
+    resolver = _resolver(opts, FakeMetadata([{P0: 40}], failures=1000), sleeps)
+    with pytest.raises(KafkaRetriesExhausted,
+                       match=r"listing topics at nowhere:9092 .*kafkaRetryTimeout=1 s"):
         resolver.partitions(strict=True)
-    assert resolver.metadata.calls == ["topics", "topics"]
+    calls = resolver.metadata.calls
+    assert calls.count("topics") > 2 and calls.count("reset") == calls.count("topics") - 1
+    assert sleeps and max(sleeps) < 1  # no wait planned past the deadline
 
 
 def test_non_transient_lookup_errors_are_not_retried():

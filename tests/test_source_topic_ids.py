@@ -4,6 +4,8 @@ offsets and compares it at every batch. Pure logic and the stream reader over a 
 
 from __future__ import annotations
 
+import types
+
 import json
 import logging
 
@@ -14,6 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from sources import offsets as off
 from sources.offsets import OffsetRange
 from sources.range_reader import DataLossError
+from connectors.kafka_client import KafkaRetriesExhausted
 from sources.resolver import OffsetResolver
 from tests.test_source_stream_reader import P0, NoBroker, ScriptedResolver, _options, _reader
 
@@ -272,6 +275,9 @@ def _id_resolver(admin: FakeAdmin, **extra: str) -> OffsetResolver:
     resolver.options = _options(**extra)
     resolver._sleep = lambda s: None
     resolver._admin = admin
+    if admin is not None:  # after a failure the resolver builds a new one
+        resolver._new_admin = lambda conf: admin
+    resolver.metadata = types.SimpleNamespace(reset=lambda: None)
     return resolver
 
 
@@ -300,10 +306,10 @@ def test_topic_ids_retry_transient_errors_and_give_up_quietly_on_refusals(caplog
     assert len(admin.calls) == 1  # not asked again
     assert "offsets that went back" in caplog.text
 
-    admin = FakeAdmin([transient])
-    with pytest.raises(KafkaException):
-        _id_resolver(admin, **{"fetchOffset.numRetries": "1"}).topic_ids(["a"])
-    assert len(admin.calls) == 2
+    admin = FakeAdmin([transient] * 1000)
+    with pytest.raises(KafkaRetriesExhausted, match="describing topics"):
+        _id_resolver(admin, kafkaRetryTimeout="1s").topic_ids(["a"])
+    assert len(admin.calls) > 2  # retried under the deadline, then failed: not taken as a refusal
 
 
 def test_admin_client_gets_no_consumer_only_settings(monkeypatch):
