@@ -12,6 +12,7 @@ template's.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,6 +34,9 @@ from pyspark.sql.types import (
 )
 
 from connectors.kafka_client import (
+    RETRY_TIMEOUT_OPTION,
+    KafkaRetriesExhausted,
+    RetryPolicy,
     broker_max_transaction_timeout_ms,
     check_connection,
     is_transient,
@@ -40,6 +44,7 @@ from connectors.kafka_client import (
 )
 from sinks.kafka_commit import (
     ABORTED,
+    ClusterUnreachable,
     COMMITTED,
     OPEN,
     OutcomeUnreadable,
@@ -73,7 +78,7 @@ log = logging.getLogger("kafka_eos.sink.kafka")
 
 FORMAT_NAME = "kafka-eos"
 #: The sink's own options (besides the template's and `kafka.*`); anything else is refused.
-OPTIONS = ("topic", "transactionalIdPrefix", "flushTimeout")
+OPTIONS = ("topic", "transactionalIdPrefix", "flushTimeout", RETRY_TIMEOUT_OPTION)
 OPTION_PREFIXES = ("kafka.",)
 #: A batch write's transactional ids: `<transactionalIdPrefix or this>-<job id>-<p>-<a>`.
 BATCH_PREFIX = "kafka-eos-batch"
@@ -89,6 +94,9 @@ class KafkaSinkOptions:
     topic: str | None
     prefix: str
     flush_timeout_s: float
+    #: kafkaRetryTimeout: every Kafka call of the tasks and the driver retries transient errors
+    #: (a broker restarting, a coordinator moving) under this deadline.
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -108,7 +116,27 @@ class KafkaSinkOptions:
         else:
             prefix = opts.get("transactionalIdPrefix") or default_prefix(
                 settings.checkpoint_location, conf["bootstrap.servers"], topic)
-        return cls(conf, topic, prefix, opts.get_duration_ms("flushTimeout", 60_000) / 1000)
+        retry = RetryPolicy.from_options(opts)
+        # A flush waits out a broker restart as any other call does (librdkafka resends what
+        # a restarted leader did not acknowledge), unless the user bounds it.
+        flush_ms = opts.get_duration_ms("flushTimeout", int(retry.timeout_s * 1000))
+        return cls(conf, topic, prefix, flush_ms / 1000, retry)
+
+
+def commit_budget(settings: SinkSettings, opts: Options, retry: RetryPolicy) -> SinkSettings:
+    """The driver's commit retries follow kafkaRetryTimeout unless commitTimeout or
+    commitRetries say otherwise: EndTxn waits out a coordinator that moved or a quorum being
+    restored as the other Kafka calls do, rather than giving up after nine attempts."""
+    changes: dict[str, int] = {}
+    if "commitTimeout" not in opts:
+        changes["commit_timeout_ms"] = max(settings.commit_timeout_ms, int(retry.timeout_s * 1000))
+    if "commitRetries" not in opts:
+        changes["commit_attempts"] = max(settings.commit_attempts, UNBOUNDED_COMMIT_ATTEMPTS)
+    return dataclasses.replace(settings, **changes) if changes else settings
+
+
+#: commitRetries unset: the deadline bounds the commit's retries, not their number.
+UNBOUNDED_COMMIT_ATTEMPTS = 1_000_000
 
 
 def _check_transaction_timeout(value: str | None) -> None:
@@ -439,23 +467,31 @@ def _resolve_transaction_timeout(kafka_conf: dict[str, str]) -> int:
 
 
 def _init_transactions(
-    conf: dict[str, Any], timeout_ms: int, *, user_set: bool, prefix: str
+    conf: dict[str, Any], timeout_ms: int, *, user_set: bool, prefix: str, retry: RetryPolicy,
 ) -> tuple[Any, int]:
-    """A transactional producer, initialised (fencing what its id left open). Brokers that do
-    not report their maximum (Tansu accepts any timeout, measured) refuse a larger one here with
+    """A transactional producer, initialised (fencing what its id left open). A transient
+    failure (`_TRANSPORT` "Failed to initialize Producer ID" while the coordinator's broker
+    restarts) is retried with a new producer under kafkaRetryTimeout. Brokers that do not
+    report their maximum (Tansu accepts any timeout, measured) refuse a larger one here with
     INVALID_TRANSACTION_TIMEOUT: halve it and try again, unless the user chose it."""
-    while True:
+    tid = conf["transactional.id"]
+
+    def initialised() -> Any:
         producer = Producer({**conf, "transaction.timeout.ms": str(timeout_ms)})
+        producer.init_transactions(30)
+        return producer
+
+    while True:
         try:
-            producer.init_transactions(30)
+            producer = retry.call(f"init_transactions({tid}) at {conf['bootstrap.servers']}",
+                                  initialised)
             return producer, timeout_ms
         except KafkaException as e:
             err = e.args[0] if e.args else None
             code = err.code() if isinstance(err, KafkaError) else None
             if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
                 raise TxnAuthorizationError(
-                    f"init_transactions({conf['transactional.id']}): {err}; "
-                    + acl_needed(code, prefix), code,
+                    f"init_transactions({tid}): {err}; " + acl_needed(code, prefix), code,
                 ) from e
             lower = lower_transaction_timeout(timeout_ms)
             if code != KafkaError.INVALID_TRANSACTION_TIMEOUT or user_set or lower is None:
@@ -562,14 +598,21 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         if not self._exactly_once:
             check_connection(self.options.kafka_conf)  # the tasks' producers' settings
             return
-        # the commit client's TLS and SASL: a refusal fails the query now, naming the option
-        check_cluster(self.options.kafka_conf)
+        # the commit client's TLS and SASL: a refusal fails the query now, naming the option;
+        # a cluster that does not answer (restarting, cut off) is waited for
+        self.options.retry.call(f"connecting to {self.options.bootstrap_servers}",
+                                lambda: check_cluster(self.options.kafka_conf),
+                                transient=_unanswered)
         self.transaction_timeout_ms = _resolve_transaction_timeout(self.options.kafka_conf)
         self._check_transactional_id_acl()
         self.scan_from = {}
         if self.options.topic:
             try:
-                self.scan_from = end_offsets(self.options.kafka_conf, [self.options.topic])
+                self.scan_from = self.options.retry.call(
+                    f"reading the end offsets of {self.options.topic} at "
+                    f"{self.options.bootstrap_servers}",
+                    lambda: end_offsets(self.options.kafka_conf, [self.options.topic]),
+                    transient=_plainly_transient)
             except (TransientTxnError, TxnRequestError) as e:
                 log.warning("%s: end offsets of %s not read (%s); a commit in doubt would be "
                             "settled from the log start", self.describe(), self.options.topic, e)
@@ -618,7 +661,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                       or _resolve_transaction_timeout(self.options.kafka_conf))
         # init_transactions fences and aborts what an earlier task with this id left open
         txn.producer, txn.timeout_ms = _init_transactions(
-            conf, timeout_ms, user_set=user_set, prefix=self.options.prefix)
+            conf, timeout_ms, user_set=user_set, prefix=self.options.prefix,
+            retry=self.options.retry)
         if txn.timeout_ms != timeout_ms:
             _TIMEOUTS[_conf_key(self.options.kafka_conf)] = txn.timeout_ms
         txn.producer.begin_transaction()
@@ -775,8 +819,15 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             self._commit_one(batchId, partition, h)
 
     def _commit_one(self, batch_id: int, partition: int, h: Handle) -> None:
+        txn = _prepared(h)
         try:
-            end_transaction(self.options.kafka_conf, _prepared(h), commit=True)
+            # no answer, no connection, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...:
+            # the coordinator is moving or its broker restarting; a closed connection is a
+            # refusal for all the embedded broker tells, and is settled below
+            self.options.retry.call(
+                f"committing {txn.transactional_id} (batch {batch_id}, partition {partition})",
+                lambda: end_transaction(self.options.kafka_conf, txn, commit=True),
+                transient=_plainly_transient)
             return
         except TxnAuthorizationError as e:
             raise self._acl_error(e, h) from e
@@ -888,7 +939,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         Kafka does not call retriable) fail the commit at once instead of until commitTimeout."""
         if isinstance(exc, KafkaException):
             return is_transient(exc)
-        return not isinstance(exc, (TxnRequestError, TransactionLost, OptionError))
+        return not isinstance(exc, (TxnRequestError, TransactionLost, OptionError,
+                                    KafkaRetriesExhausted))
 
     def cleanupAbandoned(self) -> None:
         """Fence the ids of attempts >= 1 that tasks noted since the last batch (see
@@ -906,6 +958,17 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             log.info("%s: fenced the transactional ids of partition %s, attempts 0..%s",
                      self.describe(), note["partition"], note["attempt"])
             notes.forget(path)
+
+
+def _plainly_transient(exc: BaseException) -> bool:
+    """A commit-client error to retry as it is: not a connection the broker closed after the
+    request went out (the embedded broker's way of refusing; _settle asks the output)."""
+    return isinstance(exc, TransientTxnError) and not exc.closed_by_broker
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """A cluster that never answered the connection check (as opposed to TLS or SASL)."""
+    return isinstance(exc, (ClusterUnreachable, TransientTxnError))
 
 
 def _partitions_written(stats: dict) -> list[list]:
@@ -942,7 +1005,9 @@ def kafka_batch_writer(
     reject_unknown_options(opts, OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME,
                            batch=True)
     settings = SinkSettings.for_batch_job(FORMAT_NAME, opts)
-    return KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema)).batchWriter()
+    options = KafkaSinkOptions.parse(opts, settings, schema)
+    settings = commit_budget(settings, opts, options.retry)
+    return KafkaSink(settings, options).batchWriter()
 
 
 def kafka_stream_writer(
@@ -955,4 +1020,6 @@ def kafka_stream_writer(
     opts = Options(raw_options)
     reject_unknown_options(opts, OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME)
     settings = SinkSettings.from_options(FORMAT_NAME, opts)
-    return KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema)).streamWriter()
+    options = KafkaSinkOptions.parse(opts, settings, schema)
+    settings = commit_budget(settings, opts, options.retry)
+    return KafkaSink(settings, options).streamWriter()

@@ -30,6 +30,7 @@ from sinks.kafka_commit import (
     error_name,
     txn_error,
 )
+from connectors.kafka_client import KafkaRetriesExhausted, RetryPolicy
 from connectors.options import OptionError, Options
 from sinks import kafka as ksink
 from sinks.kafka import (
@@ -206,9 +207,18 @@ def test_a_closed_connection_the_output_cannot_settle_stays_transient(tmp_path, 
 
 
 def test_an_unreachable_broker_is_retried_without_reading_the_output(tmp_path, coordinator):
+    """A coordinator restarting (no connection, NOT_COORDINATOR, loading) is waited for under
+    kafkaRetryTimeout inside the commit: before, the first such error went up to the
+    template's nine attempts."""
     sink = _sink(tmp_path)
-    coordinator["answers"] = [TransientTxnError("connection refused")]
-    with pytest.raises(TransientTxnError):
+    coordinator["answers"] = [TransientTxnError("connection refused"),
+                              txn_error(16, "EndTxn"), txn_error(14, "EndTxn")]  # NOT_COORDINATOR, LOADING
+    sink.commit(5, {0: HANDLE})
+    assert len(coordinator["ended"]) == 4 and coordinator["settled"] == []
+
+    sink = _sink(tmp_path, kafkaRetryTimeout="1s")
+    coordinator["answers"] = [TransientTxnError("connection refused")] * 1000
+    with pytest.raises(KafkaRetriesExhausted, match=r"committing kafka-eos-x-0-0 \(batch 5"):
         sink.commit(5, {0: HANDLE})
     assert coordinator["settled"] == []
 
@@ -220,6 +230,15 @@ def test_an_authorization_failure_names_the_acl(tmp_path, coordinator):
         sink.commit(5, {0: HANDLE})
     assert f"TransactionalId '{sink.options.prefix}*'" in str(e.value)
     assert not sink.isTransient(e.value)
+
+
+def test_the_commit_budget_follows_the_retry_timeout_unless_set(tmp_path):
+    opts = Options({"kafkaRetryTimeout": "7m"})
+    settings = SinkSettings.from_options("kafka-eos", Options({"deliveryGuarantee": "none"}))
+    budget = ksink.commit_budget(settings, opts, RetryPolicy.from_options(opts))
+    assert budget.commit_timeout_ms == 420_000 and budget.commit_attempts > 1000
+    opts = Options({"kafkaRetryTimeout": "7m", "commitTimeout": "30s", "commitRetries": "2"})
+    assert ksink.commit_budget(settings, opts, RetryPolicy.from_options(opts)) == settings
 
 
 def test_definite_errors_fail_the_commit_at_once_not_after_commit_timeout(tmp_path, coordinator):
@@ -236,13 +255,20 @@ def test_definite_errors_fail_the_commit_at_once_not_after_commit_timeout(tmp_pa
         assert len(coordinator["ended"]) == 1
 
 
-def test_transient_errors_are_retried_until_commit_timeout(tmp_path, coordinator):
-    sink = _sink(tmp_path, commitTimeout="60s", commitRetries="2")
+def test_transient_errors_are_retried_until_the_retry_timeout_and_not_again(tmp_path, coordinator):
+    sink = _sink(tmp_path, commitTimeout="60s", commitRetries="2", kafkaRetryTimeout="1s")
     writer = TwoPhaseCommitWriter(sink)
-    coordinator["answers"] = [TransientTxnError("coordinator moved")] * 3
+    coordinator["answers"] = [TransientTxnError("coordinator moved")] * 1000
+    with pytest.raises(KafkaRetriesExhausted):
+        writer._commit(5, {0: HANDLE}, recovering=True)
+    ended = len(coordinator["ended"])
+    assert 3 < ended < 20  # retried inside the call with backoff; the template did not start over
+    assert not sink.isTransient(KafkaRetriesExhausted("gave up", TransientTxnError("x")))
+    # a refusal whose settling read the output as still open goes to the template's retries
+    coordinator["answers"] = [TransientTxnError("closed", closed_by_broker=True)] * 3
+    coordinator["outcome"] = OPEN
     with pytest.raises(CommitTimeoutError):
         writer._commit(5, {0: HANDLE}, recovering=True)
-    assert len(coordinator["ended"]) == 3
     assert sink.isTransient(KafkaException(KafkaError(KafkaError._TRANSPORT)))
     assert not sink.isTransient(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
 
