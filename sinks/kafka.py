@@ -612,7 +612,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
                     f"reading the end offsets of {self.options.topic} at "
                     f"{self.options.bootstrap_servers}",
                     lambda: end_offsets(self.options.kafka_conf, [self.options.topic]),
-                    transient=_plainly_transient)
+                    transient=lambda e: isinstance(e, TransientTxnError))
             except (TransientTxnError, TxnRequestError) as e:
                 log.warning("%s: end offsets of %s not read (%s); a commit in doubt would be "
                             "settled from the log start", self.describe(), self.options.topic, e)

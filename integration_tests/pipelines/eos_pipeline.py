@@ -39,6 +39,8 @@ ap.add_argument("--master", default="local[2,4]")  # 4 task attempts: a failed t
 ap.add_argument("--max-per-trigger", default="50")
 ap.add_argument("--poll-timeout-ms", default="20000")
 ap.add_argument("--guarantee", default="exactly-once")
+ap.add_argument("--commit-timeout", default="60s",
+                help="the sink's commitTimeout; empty: the sink's own default")
 ap.add_argument("--transactional-id-prefix", default=None)
 ap.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                 help="an extra option of the sink (repeatable)")
@@ -107,8 +109,9 @@ else:
 writer = (
     writer.option("checkpointLocation", args.checkpoint)
     .option("deliveryGuarantee", args.guarantee)
-    .option("commitTimeout", "60s")
 )
+if args.commit_timeout:
+    writer = writer.option("commitTimeout", args.commit_timeout)
 for item in args.sink_option:
     key, _, value = item.partition("=")
     writer = writer.option(key, value)
