@@ -3,38 +3,39 @@ running exactly-once queries (`kafka-eos -> kafka-eos` and `kafka-eos -> delta-e
 query fails through a rolling restart, both keep committing, and both end exactly once.
 
 One cluster per generation (4.x with transaction version 2, and 3.9) for the whole module, one
-pair of pipelines per scenario. Input keeps arriving from a producer of the test's own while the
-brokers restart, so every restart meets batches being read, written and committed. The stall a
-restart causes (seconds without a committed batch, from the checkpoint's `commits/` files) is
-printed for the closing note and docs/operations.md; it is measured, never asserted.
+pair of pipelines per scenario (integration_tests/cluster_pipelines.py). Input keeps arriving
+from a producer of the test's own while the brokers restart, so every restart meets batches
+being read, written and committed. The stall a restart causes (seconds without a committed
+batch, from the checkpoint's `commits/` files) is printed for the closing note and
+docs/operations.md; it is measured, never asserted.
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import statistics
-import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import pytest
-from confluent_kafka import Producer
 
 from connectors.testing.apache_kafka import GENERATION_3, LATEST
-from connectors.testing.kafka_oracle import committed
-from integration_tests.delta_oracle import assert_records_once, table_records
+from integration_tests.cluster_pipelines import (
+    PARTITIONS,
+    Restart,
+    SteadyProducer,
+    assert_exactly_once,
+    report,
+    roles_of,
+    stalls,
+    start_queries,
+    task_retries,
+    topics_for,
+    wait_for_commits,
+)
 from integration_tests.kafka_cluster import KafkaCluster, kafka_cluster
-from integration_tests.kafka_data import Record
-from integration_tests.processes import kill_group, log_tail, start_pipeline
+from integration_tests.processes import kill_group
 from integration_tests.streaming import wait_for
-
-PIPELINE = "integration_tests.pipelines.eos_pipeline"
-PARTITIONS = 4
-#: Records a second the test's producer writes while brokers restart.
-RATE = 100
 
 
 @pytest.fixture(scope="module", params=["kafka-4", "kafka-3.9"])
@@ -49,181 +50,17 @@ def cluster(request: pytest.FixtureRequest) -> KafkaCluster:
         yield c
 
 
-class SteadyProducer:
-    """Keyed records into the input topic at RATE a second from a thread, idempotent and
-    acks=all, until stopped; what was delivered (offsets from the delivery reports) is what the
-    queries must write exactly once. A delivery that failed fails the test."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = topic
-        self.delivered: list[Record] = []
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                                   "linger.ms": 20, "message.timeout.ms": 600_000,
-                                   "log_level": 0})
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _on_delivery(self, err, msg) -> None:
-        if err is not None:
-            self.failed.append(str(err))
-            return
-        self.delivered.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(),
-                                     msg.value()))
-
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            for _ in range(RATE // 10):
-                self._producer.produce(self.topic, key=f"k-{i}".encode(),
-                                       value=f"v-{i}".encode(), on_delivery=self._on_delivery)
-                i += 1
-            self._producer.poll(0)
-            self._stop.wait(0.1)
-
-    def stop(self) -> list[Record]:
-        self._stop.set()
-        self._thread.join(30)
-        left = self._producer.flush(300)
-        assert left == 0 and not self.failed, f"input not delivered: {left} left, {self.failed[:3]}"
-        return sorted(self.delivered)
-
-
-@dataclass
-class Query:
-    """One pipeline process and its checkpoint."""
-
-    name: str
-    checkpoint: str
-    log: str
-    proc: object = None
-
-    def commit_times(self) -> list[float]:
-        """When each batch was committed (mtime of the checkpoint's commits/<n>)."""
-        folder = os.path.join(self.checkpoint, "commits")
-        try:
-            names = [n for n in os.listdir(folder) if n.isdigit()]
-        except FileNotFoundError:
-            return []
-        return sorted(os.path.getmtime(os.path.join(folder, n)) for n in names)
-
-    def committed_since(self, t: float) -> int:
-        return sum(1 for c in self.commit_times() if c > t)
-
-    def assert_running(self, where: str) -> None:
-        rc = self.proc.poll()
-        assert rc is None, f"the {self.name} query exited ({rc}) {where}:\n{log_tail(self.log, 6000)}"
-
-
-@dataclass
-class Restart:
-    node: int
-    how: str
-    down_at: float
-    back_at: float = 0.0
-    roles: list[str] = field(default_factory=list)
-
-
-def roles_of(cluster: KafkaCluster, node: int, topics: dict[str, str], tids: list[str]) -> list[str]:
-    """What the node holds: the leaders of the input and output partitions and the
-    transaction coordinator of the sink's ids."""
-    roles = []
-    for label, topic in topics.items():
-        led = [p for p in range(PARTITIONS) if cluster.leader_of(topic, p) == node]
-        if led:
-            roles.append(f"leader of {label} {led}")
-    coordinated = [t.rsplit("-", 2)[-2] for t in tids if cluster.transaction_coordinator(t) == node]
-    if coordinated:
-        roles.append(f"coordinator of the sink's ids of partitions {coordinated}")
-    return roles
-
-
-def stalls(query: Query, restarts: list[Restart], until: float) -> list[float]:
-    """Per restart: the longest time without a committed batch from the node going down to the
-    next restart (or `until`)."""
-    times = query.commit_times()
-    out = []
-    for i, r in enumerate(restarts):
-        end = restarts[i + 1].down_at if i + 1 < len(restarts) else until
-        points = [r.down_at] + [t for t in times if r.down_at < t <= end]
-        gaps = [b - a for a, b in zip(points, points[1:])]
-        out.append(max(gaps, default=end - r.down_at))
-    return out
-
-
-def start_queries(cluster: KafkaCluster, tmp_path, topic: str, out_topic: str, prefix: str,
-                  extra: tuple[str, ...] = ()) -> tuple[Query, Query]:
-    common = ("--bootstrap", cluster.bootstrap_servers, "--topic", topic, "--mode", "continuous",
-              "--max-per-trigger", "1000", "--poll-timeout-ms", "120000", "--commit-timeout", "",
-              *extra)
-    kafka_q = Query("kafka-eos -> kafka-eos", str(tmp_path / "ck-kafka"), str(tmp_path / "kafka.log"))
-    delta_q = Query("kafka-eos -> delta-eos", str(tmp_path / "ck-delta"), str(tmp_path / "delta.log"))
-    kafka_q.proc = start_pipeline(PIPELINE, *common, "--checkpoint", kafka_q.checkpoint,
-                                  "--out-topic", out_topic, "--transactional-id-prefix", prefix,
-                                  log_path=kafka_q.log)
-    delta_q.proc = start_pipeline(PIPELINE, *common, "--checkpoint", delta_q.checkpoint,
-                                  "--table", str(tmp_path / "table"), log_path=delta_q.log)
-    return kafka_q, delta_q
-
-
-def wait_for_commits(queries: tuple[Query, ...], since: float, timeout_s: float, what: str) -> None:
-    def both() -> bool:
-        for q in queries:
-            q.assert_running(what)
-        return all(q.committed_since(since) >= 1 for q in queries)
-
-    wait_for(both, timeout_s, f"a committed batch of each query {what}")
-
-
-def assert_exactly_once(cluster: KafkaCluster, tmp_path, out_topic: str,
-                        expected: list[Record], queries: tuple[Query, ...]) -> None:
-    """Both outputs hold every input record once: the Kafka output by (key, value) among its
-    committed records, the Delta table by source (partition, offset)."""
-    want = collections.Counter((r.key, r.value) for r in expected)
-
-    def kafka_out() -> collections.Counter:
-        return collections.Counter((r.key, r.value) for r in committed(cluster.bootstrap_servers,
-                                                                        out_topic))
-
-    def drained() -> bool:
-        for q in queries:
-            q.assert_running("while draining the input")
-        table = str(tmp_path / "table")
-        rows = len(table_records(table)) if os.path.exists(os.path.join(table, "_delta_log")) else 0
-        return rows >= len(expected) and sum(kafka_out().values()) >= len(expected)
-
-    wait_for(drained, 300, f"both outputs to hold the {len(expected)} input records")
-    got = kafka_out()
-    twice = [k for k, n in got.items() if n > 1]
-    assert not twice, f"{len(twice)} records written twice to {out_topic}, e.g. {twice[:3]}"
-    assert got == want, f"missing from {out_topic}: {list((want - got).items())[:3]}"
-    assert_records_once(table_records(str(tmp_path / "table")), expected)
-
-
-def task_retries(log: str) -> int:
-    with open(log, errors="replace") as f:
-        return sum(1 for line in f if "Lost task" in line)
-
-
-def report(title: str, lines: list[str]) -> None:
-    print(f"\n== {title}\n" + "\n".join(lines))
-
-
 def test_rolling_restarts_never_fail_a_query_and_end_exactly_once(cluster: KafkaCluster, tmp_path):
     """Every broker in turn, once with SIGTERM (a controlled shutdown, as an upgrade does) and
     once with SIGKILL, each restarted on its data and back in every ISR before the next, while
     both queries read, write and commit. Before kafkaRetryTimeout the source's latestOffset
     failed with _UNKNOWN_PARTITION or _DESTROY_BROKER and tasks with _TRANSPORT from
     init_transactions (two runs in three died on SIGKILLed brokers)."""
-    topic, out_topic = f"roll-in-{uuid.uuid4().hex[:8]}", f"roll-out-{uuid.uuid4().hex[:8]}"
-    prefix = f"roll-{uuid.uuid4().hex[:8]}"
-    for t in (topic, out_topic):
-        cluster.create_topic(t, PARTITIONS)
+    topic, out_topic, prefix = topics_for(cluster, "roll")
     topics = {"input": topic, "output": out_topic}
     tids = [f"{prefix}-{p}-0" for p in range(PARTITIONS)]
     producer = SteadyProducer(cluster.bootstrap_servers, topic)
-    queries = start_queries(cluster, tmp_path, topic, out_topic, prefix)
+    queries = start_queries(cluster.bootstrap_servers, tmp_path, topic, out_topic, prefix)
     restarts: list[Restart] = []
     try:
         wait_for_commits(queries, 0, 240, "at the start")
@@ -244,7 +81,7 @@ def test_rolling_restarts_never_fail_a_query_and_end_exactly_once(cluster: Kafka
                 wait_for_commits(queries, r.back_at, 240,
                                  f"after node {node.node_id}'s {how} restart")
         expected = producer.stop()
-        assert_exactly_once(cluster, tmp_path, out_topic, expected, queries)
+        assert_exactly_once(cluster.bootstrap_servers, tmp_path, out_topic, expected, queries)
         until = time.time()
     finally:
         producer._stop.set()
@@ -271,12 +108,9 @@ def test_two_of_three_nodes_down_then_back_ends_exactly_once(cluster: KafkaClust
     (default 5 minutes) and go on once the nodes are back, and end exactly once. A produce that
     NOT_ENOUGH_REPLICAS refused inside a task's transaction is retried by librdkafka, or fails
     the task, whose transaction is then aborted: no part of a batch becomes visible alone."""
-    topic, out_topic = f"quorum-in-{uuid.uuid4().hex[:8]}", f"quorum-out-{uuid.uuid4().hex[:8]}"
-    prefix = f"quorum-{uuid.uuid4().hex[:8]}"
-    for t in (topic, out_topic):
-        cluster.create_topic(t, PARTITIONS)
+    topic, out_topic, prefix = topics_for(cluster, "quorum")
     producer = SteadyProducer(cluster.bootstrap_servers, topic)
-    queries = start_queries(cluster, tmp_path, topic, out_topic, prefix)
+    queries = start_queries(cluster.bootstrap_servers, tmp_path, topic, out_topic, prefix)
     try:
         wait_for_commits(queries, 0, 240, "at the start")
         down = cluster.nodes[1:]
@@ -293,7 +127,7 @@ def test_two_of_three_nodes_down_then_back_ends_exactly_once(cluster: KafkaClust
         back_at = time.time()
         wait_for_commits(queries, back_at, 300, "after the quorum came back")
         expected = producer.stop()
-        assert_exactly_once(cluster, tmp_path, out_topic, expected, queries)
+        assert_exactly_once(cluster.bootstrap_servers, tmp_path, out_topic, expected, queries)
         until = time.time()
     finally:
         producer._stop.set()
@@ -306,3 +140,46 @@ def test_two_of_three_nodes_down_then_back_ends_exactly_once(cluster: KafkaClust
         (s,) = stalls(q, [outage], until)
         lines.append(f"{q.name}: stall {s:.1f} s; task attempts retried {task_retries(q.log)}")
     report(f"quorum lost on {cluster.generation.version}", lines)
+
+
+def test_not_enough_replicas_for_part_of_a_job_lets_none_of_it_commit(cluster: KafkaCluster,
+                                                                      spark):
+    """Every task writes to two topics; one loses a replica of its two (min.insync.replicas=2),
+    so its produces get NOT_ENOUGH_REPLICAS. librdkafka retries them until
+    kafka.message.timeout.ms, then the task fails and its transaction is aborted: nothing of
+    the job becomes visible, not even the rows of the healthy topic. (A one-node cluster cannot
+    show this: Apache Kafka 4.4 accepted acks=all with min.insync.replicas=2 above a topic's one
+    replica, tried here.)"""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from connectors.testing.kafka_oracle import committed, read_partition
+
+    tag = uuid.uuid4().hex[:8]
+    healthy, starved = f"isr-ok-{tag}", f"isr-starved-{tag}"
+    cluster.create_topic(healthy, 2)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(starved, num_partitions=2, replica_assignment=[[1, 2], [1, 2]],
+                                                config={"min.insync.replicas": "2"})]).values():
+        future.result(timeout=30)
+    wait_for(lambda: all(s.isr and len(s.isr) == 2
+                         for s in cluster.partition_states(starved).values()), 60, "ISR of 2")
+    follower = cluster.node(2)
+    follower.kill()
+    try:
+        wait_for(lambda: all(s.isr == (1,) for s in cluster.partition_states(starved).values()),
+                 120, f"the ISR of {starved} to shrink to node 1")
+        rows = spark.range(0, 2000, numPartitions=4).selectExpr(
+            f"IF(id % 2 = 0, '{healthy}', '{starved}') AS topic",
+            "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+        with pytest.raises(Exception, match=r"(?i)NOT_ENOUGH_REPLICAS|enough replicas|timed out"):
+            (rows.write.format("kafka-eos").mode("append")
+             .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+             .option("kafka.message.timeout.ms", "5000").option("kafkaRetryTimeout", "30s")
+             .save())
+    finally:
+        follower.start()
+    assert committed(cluster.bootstrap_servers, healthy) == []
+    parts = [read_partition(cluster.bootstrap_servers, healthy, p) for p in range(2)]
+    assert sum(len(p.aborted) for p in parts) > 0  # the healthy rows went out, and were aborted
+    assert [p.open for p in parts] == [[], []]
+    cluster.wait_in_sync(2, [healthy, starved])
