@@ -32,15 +32,18 @@ if SPARK_CDS_ENV not in os.environ:
 #: handed out first, so that the two xdist workers of the default run (pyproject.toml's addopts,
 #: `--dist loadfile --no-loadscope-reorder`: xdist's own reordering, by number of tests per
 #: module, would hand the one-test crash matrices out last) end together instead of one running
-#: a long module alone at the end. From the suite's junit durations on 2 cores, 2026-11-26.
+#: a long module alone at the end. From the suite's junit durations on 2 cores, 2026-11-26; the
+#: cluster lanes (3-node clusters, broker restarts, network cuts) from their own runs, 2026-11-27.
 LONGEST_FIRST = (
-    "test_kafka_crash_matrix", "test_postgres_crash_matrix", "test_delta_crash_matrix",
+    "test_cluster_faults", "test_kafka_crash_matrix", "test_network_partitions",
+    "test_postgres_crash_matrix", "test_delta_crash_matrix",
     "test_delta_upsert_crash_matrix", "test_chained_kafka", "test_operations",
     "test_secured_clusters", "test_demo", "test_benchmarks_smoke", "test_streaming",
     "test_peers_interop", "test_delta_s3", "test_kafka_sink_reset", "test_delta_operations",
     "test_delta_sink", "test_first_pipeline", "test_postgres_sink", "test_demo_secured",
     "test_kafka_sink_commit", "test_kill_restart", "test_secured_refusals", "test_quiet_stop",
-    "test_spark_connect", "test_batch_write",
+    "test_spark_connect", "test_batch_write", "test_storage_faults", "test_kafka_cluster",
+    "test_netns",
 )
 
 
