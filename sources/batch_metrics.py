@@ -87,13 +87,18 @@ class TaskReport:
 
 @dataclass(frozen=True)
 class PlannedBatch:
-    """What the driver knows of a batch it planned: its offsets, its tasks, and the latest
-    offsets known when its end was chosen (None for a batch replayed after a restart)."""
+    """What the driver knows of a batch it planned: its offsets, its ranges, the latest offsets
+    known when its end was chosen (None for a batch replayed after a restart), and its tasks
+    (each a tuple of ranges; none given: one task per range)."""
 
     start: PartitionOffsets
     end: PartitionOffsets
     ranges: tuple[OffsetRange, ...]
     latest: PartitionOffsets | None
+    tasks: tuple[tuple[OffsetRange, ...], ...] = ()
+
+    def task_ranges(self) -> tuple[tuple[OffsetRange, ...], ...]:
+        return self.tasks or tuple((r,) for r in self.ranges)
 
 
 def batch_line(
@@ -108,7 +113,7 @@ def batch_line(
     offsets and has no time. Ranges of one partition (maxRecordsPerPartition) are summed."""
     by_range = {(r.topic, r.partition, r.from_offset): r for r in reports}
     parts: dict[str, dict[str, Any]] = {}
-    missing = 0
+    unreported = set()
     for rng in planned.ranges:
         if rng.size == 0:
             continue
@@ -117,13 +122,15 @@ def batch_line(
         entry["offsets"] += rng.size
         report = by_range.get((rng.topic, rng.partition, rng.from_offset))
         if report is None:
-            missing += 1
+            unreported.add(rng)
             entry["rows"] = None
             entry["ms"] = None
             continue
         if entry["rows"] is not None:
             entry["rows"] += report.rows
             entry["ms"] = round(entry["ms"] + report.read_ms, 1)
+    tasks = [t for t in planned.task_ranges() if any(r.size for r in t)]
+    missing = sum(1 for t in tasks if unreported.intersection(t))
     timed = {name: e for name, e in parts.items() if e["ms"] is not None}
     slowest = max(timed, key=lambda name: timed[name]["ms"], default=None)
     batches = {r.batch for r in reports if r.batch is not None}
@@ -132,6 +139,7 @@ def batch_line(
         "batch": batches.pop() if len(batches) == 1 else None,
         "rows": None if missing else sum(e["rows"] for e in parts.values()),
         "offsets": sum(e["offsets"] for e in parts.values()),
+        "tasks": len(tasks),
         "read_ms_max": timed[slowest]["ms"] if slowest else None,
         "slowest_partition": slowest,
         "tasks_without_report": missing,

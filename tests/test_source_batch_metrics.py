@@ -191,7 +191,8 @@ def test_a_batch_completes_when_the_next_is_planned_and_is_reported_once(
     assert reader._committer.commits == [{A0: 0, A1: 0}]  # the query's position at start
     plan = reader.partitions(start, end)
     for p in plan:  # the tasks
-        list(timed(_batches([p.range.size]), p.range, p.report_dir, shared=p.report_shared))
+        (rng,) = p.ranges
+        list(timed(_batches([rng.size]), rng, p.report_dir, shared=p.report_shared))
     assert _lines(caplog_source) == []  # not completed yet
     reader.latestOffset(end, ReadMaxRows(40))  # Spark plans the next batch: this one is done
     reader.commit(end)  # Spark's own commit, later: nothing twice
@@ -308,3 +309,42 @@ def test_default_directories_of_ended_processes_are_swept_at_the_next_start(tmp_
     finally:
         live.kill()
         live.wait()
+
+
+# --------------------------------------------------------------------------- packed tasks
+
+
+def test_a_packed_task_reports_every_range_it_read_in_one_file(tmp_path, monkeypatch):
+    """One report file per task, listing each range's rows and read time: the batch line
+    accounts for every range and counts the tasks."""
+    import sources.kafka_source as ks
+
+    def scripted(ranges, conf, *, on_range_done=None, **_):
+        for r in ranges:
+            yield pa.RecordBatch.from_pydict({"x": list(range(r.size - 1))})  # one marker each
+            on_range_done(r, r.size - 1)
+
+    monkeypatch.setattr(ks, "read_task", scripted)
+    reader = _reader([{("a", p): 10 for p in range(30)}], targetTasksPerBatch="3",
+                     taskMetricsLocation=str(tmp_path / "m"))
+    start = {"a": {str(p): 0 for p in range(30)}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    plan = reader.partitions(start, end)
+    assert len(plan) == 3 and sum(len(p.ranges) for p in plan) == 30
+    for p in plan:
+        assert sum(b.num_rows for b in ks.read_partition(reader.options, p)) == 90
+    (batch_dir,) = [d for _, d in reader._planned.values()]
+    assert len(os.listdir(batch_dir)) == 3  # one file per task
+    planned, report_dir = next(iter(reader._planned.values()))
+    line = batch_line("s", planned, reader._reports.collect(report_dir))
+    assert line["tasks"] == 3 and line["tasks_without_report"] == 0
+    assert line["rows"] == 270 and line["offsets"] == 300
+    assert all(e["rows"] == 9 for e in line["partitions"].values())
+
+
+def test_a_packed_task_without_report_counts_once(tmp_path):
+    ranges = [OffsetRange("a", p, 0, 5) for p in range(4)]
+    planned = PlannedBatch({}, {}, tuple(ranges), None, tasks=(tuple(ranges[:3]), (ranges[3],)))
+    line = batch_line("s", planned, [TaskReport(1, "a", 3, 0, 5, 5, 1.0)])
+    assert line["tasks"] == 2 and line["tasks_without_report"] == 1
+    assert line["rows"] is None and line["offsets"] == 20
