@@ -222,6 +222,13 @@ class FakeMetadata:
         answer = self.highs[min(n - 1, len(self.highs) - 1)]
         return {tp: (0, answer[tp]) for tp in tps}
 
+    # The earliest and latest look-ups are one ListOffsets each; counted as watermarks.
+    def earliest(self, tps):
+        return {tp: low for tp, (low, _) in self.watermarks(tps).items()}
+
+    def latest(self, tps):
+        return {tp: high for tp, (_, high) in self.watermarks(tps).items()}
+
     def offsets_for_times(self, wanted):
         self._maybe_fail("offsets_for_times")
         return {tp: self.by_time.get((tp, ts), -1) for tp, ts in wanted.items()}

@@ -313,7 +313,8 @@ def test_topic_ids_retry_transient_errors_and_give_up_quietly_on_refusals(caplog
 
 
 def test_admin_client_gets_no_consumer_only_settings(monkeypatch):
-    import sources.resolver as rs
+    """One admin client serves the topic ids and the offset look-ups (KafkaMetadata's)."""
+    import connectors.kafka_client as kc
 
     seen: list[dict] = []
 
@@ -322,15 +323,17 @@ def test_admin_client_gets_no_consumer_only_settings(monkeypatch):
             seen.append(conf)
             super().__init__([{"lat": _Done(_Described(_Uuid(1, 2, OLD)))}])
 
-    monkeypatch.setattr(rs, "AdminClient", Recording)
+    monkeypatch.setattr(kc, "AdminClient", Recording)
     resolver = _id_resolver(None, **{"kafka.isolation.level": "read_committed",
                                      "kafka.fetch.wait.max.ms": "20",
                                      "kafka.security.protocol": "PLAINTEXT"})
+    resolver.metadata = kc.KafkaMetadata(resolver.options.kafka_conf)
     resolver._admin = None
     assert resolver.topic_ids(["lat"]) == {"lat": OLD}
     (conf,) = seen
     assert conf["bootstrap.servers"] == "nowhere:9092" and conf["security.protocol"] == "PLAINTEXT"
     assert not {"group.id", "isolation.level", "fetch.wait.max.ms"} & set(conf)
+    assert resolver.metadata.admin() is resolver._admin
 
 
 def test_checkpoint_inspection_reads_offsets_with_ids():
