@@ -113,12 +113,20 @@ class Subscription:
     pattern: str | None = None
     assignment: tuple[tuple[str, int], ...] = ()
 
-    def describe(self) -> str:
+    def describe(self, most: int = 3) -> str:
+        """For logs and metrics lines: at most `most` topics named, whatever the
+        subscription's size (a batch's line must not grow with hundreds of topics)."""
         if self.kind == "subscribePattern":
             return f"subscribePattern={self.pattern!r}"
         if self.kind == "assign":
-            return f"assign={sorted(self.assignment)}"
-        return f"subscribe={list(self.topics)}"
+            if len(self.assignment) <= most:
+                return f"assign={sorted(self.assignment)}"
+            topics = sorted({t for t, _ in self.assignment})
+            return (f"assign=[{len(self.assignment)} partitions of {topics[:most]}"
+                    + (f" and {len(topics) - most} more topic(s)]" if len(topics) > most else "]"))
+        if len(self.topics) <= most:
+            return f"subscribe={list(self.topics)}"
+        return f"subscribe={list(self.topics[:most])} and {len(self.topics) - most} more topic(s)"
 
 
 @dataclass(frozen=True)

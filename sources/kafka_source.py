@@ -35,7 +35,7 @@ from pyspark.sql.types import StructType
 
 from connectors.options import OptionError
 from sources import offsets as off
-from sources.batch_metrics import PlannedBatch, batch_line, emit
+from sources.batch_metrics import PlannedBatch, batch_detail, batch_line, emit
 from sources.group_commit import GroupOffsetCommitter
 from sources.kafka_options import TASK_METRICS_OFF, KafkaSourceOptions, parse_source_options
 from sources.packed_reader import read_task
@@ -472,7 +472,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
                                   group=self.options.commit_group)
                 if line["tasks_without_report"] and report_dir is not None:
                     self._warn_missing_reports(line["tasks_without_report"], line["tasks"])
-                emit(line)
+                emit(line, batch_detail(batch, reports))
         except Exception as e:
             log.warning("kafka-eos: the metrics of a completed batch failed: %s", e)
 
