@@ -359,10 +359,12 @@ class KafkaMetadata:
         self, wanted: Mapping[tuple[str, int], int]
     ) -> dict[tuple[str, int], int]:
         """Earliest offset whose timestamp is >= the given ms per partition; -1 where none."""
-        return self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in wanted.items()})
+        return self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in wanted.items()},
+                                  none=-1)
 
-    def _list_offsets(self, specs: Mapping[tuple[str, int], OffsetSpec]) -> dict[tuple[str, int], int]:
-        return self._results(self._send(specs))
+    def _list_offsets(self, specs: Mapping[tuple[str, int], OffsetSpec],
+                      none: int | None = None) -> dict[tuple[str, int], int]:
+        return self._results(self._send(specs), none)
 
     def _send(self, specs: Mapping[tuple[str, int], OffsetSpec]) -> dict[tuple[str, int], Any]:
         """One ListOffsets per partition leader, for all of `specs`; the futures per partition."""
@@ -373,15 +375,26 @@ class KafkaMetadata:
             isolation_level=isolation_of(self._conf), request_timeout=self._timeout)
         return {(tp.topic, tp.partition): f for tp, f in futures.items()}
 
-    def _results(self, futures: Mapping[tuple[str, int], Any]) -> dict[tuple[str, int], int]:
+    def _results(self, futures: Mapping[tuple[str, int], Any],
+                 none: int | None = None) -> dict[tuple[str, int], int]:
         """Each partition's offset; the first partition's error is raised (the caller retries
-        the whole look-up if it is transient)."""
+        the whole look-up if it is transient). A negative offset is no answer, and raised as a
+        transient error too, except `none` (by timestamp, -1: no record at or after it):
+        seen on Apache Kafka 3.9, the latest offset of a partition answered as -1001 without an
+        error while the quorum came back, which the source took for an offset that went back
+        (data loss)."""
         out = {}
         for tp, f in futures.items():
             try:
-                out[tp] = f.result(timeout=self._timeout + 5).offset
+                offset = f.result(timeout=self._timeout + 5).offset
             except KafkaException as e:
                 raise _leaderless(e, tp) from None
+            if offset < 0 and offset != none:
+                raise KafkaException(KafkaError(
+                    KafkaError.OFFSET_NOT_AVAILABLE,
+                    f"ListOffsets answered no offset ({offset}) for {tp[0]}-{tp[1]}",
+                    retriable=True))
+            out[tp] = offset
         return out
 
 

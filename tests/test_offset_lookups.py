@@ -27,7 +27,8 @@ class _Result:
 
 class RecordingAdmin:
     """list_offsets() records each call (specs by partition, isolation level) and answers
-    with futures: offset = partition number + 100 * spec value, or an error."""
+    with futures: offset = the partition number (earliest), + 1,000 (latest), + 100 times the
+    timestamp (by time); or an error, or a scripted offset."""
 
     made = 0
 
@@ -37,18 +38,23 @@ class RecordingAdmin:
         self.calls: list[tuple[dict, IsolationLevel]] = []
         self.pending: list[concurrent.futures.Future] = []
         self.errors: list[KafkaError] = []  # per call, in turn: fail one partition with it
+        self.invalid: list[int] = []  # per call, in turn: answer this offset for one partition
 
     def list_offsets(self, specs, *, isolation_level, request_timeout):
         self.calls.append(({(tp.topic, tp.partition): spec for tp, spec in specs.items()},
                            isolation_level))
         error = self.errors.pop(0) if self.errors else None
+        invalid = self.invalid.pop(0) if self.invalid else None
         out = {}
         for i, (tp, spec) in enumerate(specs.items()):
             f: concurrent.futures.Future = concurrent.futures.Future()
             if error is not None and i == 0:
                 f.set_exception(KafkaException(error))
+            elif invalid is not None and i == 0:
+                f.set_result(_Result(invalid))
             else:
-                f.set_result(_Result(tp.partition + 100 * spec._value))
+                f.set_result(_Result(tp.partition + {-2: 0, -1: 1000}.get(spec._value,
+                                                                          100 * spec._value)))
             out[tp] = f
             self.pending.append(f)
         return out
@@ -75,7 +81,7 @@ def test_latest_of_a_thousand_partitions_is_one_list_offsets_call(admin):
     meta = KafkaMetadata({"bootstrap.servers": "b:1", "group.id": "g",
                           "fetch.wait.max.ms": "10"})
     latest = meta.latest(TPS)
-    assert latest == {tp: tp[1] - 100 for tp in TPS}
+    assert latest == {tp: tp[1] + 1000 for tp in TPS}
     (client,) = admin
     (specs, isolation), = client.calls
     assert set(specs) == set(TPS) and {_spec_kind(s) for s in specs.values()} == {"LatestSpec"}
@@ -85,11 +91,11 @@ def test_latest_of_a_thousand_partitions_is_one_list_offsets_call(admin):
 
 def test_earliest_and_by_time_are_one_call_each_and_watermarks_two_in_flight(admin):
     meta = KafkaMetadata({"bootstrap.servers": "b:1"})
-    assert meta.earliest(TPS[:3]) == {("t", 0): -200, ("t", 1): -199, ("t", 2): -198}
+    assert meta.earliest(TPS[:3]) == {("t", 0): 0, ("t", 1): 1, ("t", 2): 2}
     by_time = meta.offsets_for_times({tp: 7 for tp in TPS})
     assert by_time[("t", 5)] == 705
     marks = meta.watermarks(TPS)
-    assert marks[("t", 9)] == (-191, -91)
+    assert marks[("t", 9)] == (9, 1009)
     (client,) = admin
     kinds = [{_spec_kind(s) for s in specs.values()} for specs, _ in client.calls]
     assert kinds == [{"EarliestSpec"}, {"TimestampSpec"}, {"EarliestSpec"}, {"LatestSpec"}]
@@ -109,7 +115,7 @@ def test_a_failed_partition_fails_the_look_up_which_is_retried_whole_with_a_new_
     resolver = OffsetResolver(opts, sleep=lambda s: None)
     first = resolver.metadata.admin()
     first.errors = [KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)]
-    assert resolver.latest(TPS[:10]) == {tp: tp[1] - 100 for tp in TPS[:10]}
+    assert resolver.latest(TPS[:10]) == {tp: tp[1] + 1000 for tp in TPS[:10]}
     assert len(admin) == 2 and len(first.calls) == 1 and len(admin[1].calls) == 1
 
 
@@ -139,4 +145,29 @@ def test_a_partition_without_a_known_leader_is_a_transient_error(admin):
     assert is_transient(raised.value) and "t-0" in raised.value.args[0].str()
     resolver.metadata.reset()
     resolver.metadata.admin().errors = [noent]
-    assert resolver.latest(TPS[:2]) == {("t", 0): -100, ("t", 1): -99}
+    assert resolver.latest(TPS[:2]) == {("t", 0): 1000, ("t", 1): 1001}
+
+
+def test_a_negative_offset_without_an_error_is_no_answer_and_is_retried(admin):
+    """Seen on Apache Kafka 3.9 while a lost quorum came back: a latest offset of -1001 with no
+    error, which the source took for an offset that went back from 400 (data loss, the query
+    failed). Retried as transient instead; by timestamp, -1 stays the answer 'no record'."""
+    from connectors.kafka_client import is_transient
+
+    opts = parse_source_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t",
+                                 "fetchOffset.retryIntervalMs": "0"}, batch=False)
+    resolver = OffsetResolver(opts, sleep=lambda s: None)
+    resolver.metadata.admin().invalid = [-1001]
+    with pytest.raises(KafkaException) as raised:
+        resolver.metadata.latest(TPS[:2])
+    assert is_transient(raised.value) and "(-1001) for t-0" in raised.value.args[0].str()
+    resolver.metadata.admin().invalid = [-1]  # as no answer for a latest offset
+    with pytest.raises(KafkaException, match=r"\(-1\) for t-0"):
+        resolver.metadata.latest(TPS[:2])
+    resolver.metadata.reset()
+    resolver.metadata.admin().invalid = [-1001]
+    assert resolver.latest(TPS[:2]) == {("t", 0): 1000, ("t", 1): 1001}  # retried, answered
+    assert len(admin) == 3  # the retry on a new client
+    admin[-1].invalid = [-1]
+    assert resolver.metadata.offsets_for_times({("t", 0): 5, ("t", 1): 5}) == {
+        ("t", 0): -1, ("t", 1): 501}
