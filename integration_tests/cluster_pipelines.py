@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import re
 import threading
 import time
 import uuid
@@ -189,10 +190,14 @@ def start_queries(bootstrap: str, tmp_path, topic: str, out_topic: str, prefix: 
 
 
 def last_error(log: str) -> str:
-    """The last line of a pipeline's log that names an exception (what stopped it)."""
+    """What stopped a pipeline: the last exception a Python traceback in its log ends with
+    (`module.Class: message`), not the Spark exceptions wrapped around it."""
+    pattern = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Lost|Exhausted)): ")
+    wrappers = ("pyspark.", "org.apache.spark.", "py4j.")
     with open(log, errors="replace") as f:
-        lines = [line.strip() for line in f if "Exception" in line or "Error" in line]
-    return lines[-1][:400] if lines else "no exception in the log"
+        lines = [line.strip() for line in f]
+    causes = [line for line in lines if pattern.match(line) and not line.startswith(wrappers)]
+    return causes[-1][:400] if causes else "no exception in the log"
 
 
 def wait_for_commits(queries: tuple[Query, ...], since: float, timeout_s: float, what: str) -> None:
