@@ -270,9 +270,12 @@ def _batch_lines(b: dict[str, Any]) -> list[str]:
         if "topic" not in src:
             out.append(f"  source {src['source']}: {src['offsets'][:200]}")
             continue
+        shown, rest = _partitions_shown(src["partitions"])
         parts = ", ".join(
             f"p{p} {_o(r['start'])}->{r['end']}" + (f" ({r['count']})" if r["count"] is not None else "")
-            for p, r in src["partitions"].items())
+            for p, r in shown.items())
+        if rest:
+            parts += f" and {rest} more partitions"
         total = f"; {src['total']} offsets" if src["total"] is not None else "; start unknown (first batch)"
         out.append(f"  source {src['topic']}: {parts}{total}")
     if sink is not None and not sink["done"]:
@@ -281,6 +284,20 @@ def _batch_lines(b: dict[str, Any]) -> list[str]:
                 out.append(f"  p{p} {_handle_text(e)}")
     out.append("  restart: " + "; ".join(b["restart"]))
     return out
+
+
+#: A topic's partitions named in the text report of a batch, at most (the JSON report has all).
+TEXT_PARTITIONS = 8
+
+
+def _partitions_shown(parts: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], int]:
+    """The partitions a batch's text line names: all of them up to TEXT_PARTITIONS, else those
+    that moved most in the batch (in partition order), and how many are left out: a line per
+    topic whatever its partition count (1,000 partitions made a line of some 20 kB a batch)."""
+    if len(parts) <= TEXT_PARTITIONS:
+        return parts, 0
+    most = sorted(parts, key=lambda p: (-(parts[p]["count"] or 0), int(p)))[:TEXT_PARTITIONS]
+    return {p: parts[p] for p in sorted(most, key=int)}, len(parts) - TEXT_PARTITIONS
 
 
 def _handle_text(e: dict[str, Any]) -> str:

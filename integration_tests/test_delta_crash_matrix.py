@@ -43,6 +43,13 @@ PIPELINE = "integration_tests.pipelines.eos_pipeline"
 #: 330 records; 50 per trigger: batches 0-6, so that the last run of the kill sequence has a
 #: batch of its own to run (and fail a task of) after the last killed one.
 PARTITIONS, PER_PARTITION = 3, 110
+#: Packed tasks (docs/source.md#tasks-sized-by-data-not-by-partitions): each batch's 3 ranges
+#: are read by 2 Spark tasks, one of them reading 2 partitions, so every kill point is
+#: recovered with a Spark partition that carries several input partitions (the sink decides per
+#: (batch, Spark partition): a replay must put the same ranges in the same Spark partition).
+PACKED = ["--source-option", "targetTasksPerBatch=2"]
+#: What the source's batch metrics line (in the pipeline's log) says of such a batch.
+PACKED_LINE = '"tasks": 2'
 
 
 @pytest.fixture
@@ -60,6 +67,7 @@ def pipeline(bootstrap, tmp_path):
         "--checkpoint", paths["checkpoint"], "--table", paths["table"],
         # Files of killed tasks are removed at the next start, not an hour later.
         "--sink-option", "orphanFileRetention=0s",
+        *PACKED,
     ]
     return args, paths, expected
 
@@ -110,6 +118,7 @@ def test_kill_at_every_protocol_point_then_restart(pipeline):
     log = log_tail(paths["log"], 10**8)
     assert f"injected task failure at batch {retried} partition 0" in log
     assert "without having recovered" not in log
+    assert PACKED_LINE in log, "the batches were not read by packed tasks"
     assert log.count(WORKERS_LINE.format("no-daemon")) == len(NO_DAEMON_RUNS)
     assert log.count(WORKERS_LINE.format("daemon")) == len(KILL_POINTS) + 1 - len(NO_DAEMON_RUNS)
     _verify(paths, expected)

@@ -36,6 +36,13 @@ PIPELINE = "integration_tests.pipelines.eos_pipeline"
 #: 330 records at 50 per trigger: batches 0-6, so that the last run of the kill sequence has a
 #: batch of its own to run (and fail a task of) after the last killed one.
 PARTITIONS, PER_PARTITION = 3, 110
+#: Packed tasks (docs/source.md#tasks-sized-by-data-not-by-partitions): each batch's 3 ranges
+#: are read by 2 Spark tasks, one of them reading 2 partitions, so every kill point is
+#: recovered with a Spark partition that carries several input partitions (the sink decides per
+#: (batch, Spark partition): a replay must put the same ranges in the same Spark partition).
+PACKED = ["--source-option", "targetTasksPerBatch=2"]
+#: What the source's batch metrics line (in the pipeline's log) says of such a batch.
+PACKED_LINE = '"tasks": 2'
 
 
 @pytest.fixture
@@ -50,7 +57,7 @@ def _pipeline(bootstrap, tmp_path):
     expected = produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
     paths = {"checkpoint": str(tmp_path / "ckpt"), "log": str(tmp_path / "pipeline.log")}
     args = ["--bootstrap", bootstrap, "--topic", topic, "--checkpoint", paths["checkpoint"],
-            "--out-topic", out]
+            "--out-topic", out, *PACKED]
     return args, paths, expected, out
 
 
@@ -143,6 +150,7 @@ def test_kill_at_every_protocol_point_then_restart(any_broker, tmp_path):
     assert log.count(WORKERS_LINE.format("no-daemon")) == len(no_daemon)
     assert log.count(WORKERS_LINE.format("daemon")) == len(points) + 1 - len(no_daemon)
     assert "without having recovered" not in log
+    assert PACKED_LINE in log, "the batches were not read by packed tasks"
     lost = f"batch {points.index('after_decision')}: partition(s) "
     assert (lost in log and "were lost before their commit" in log) != v3, log[-4000:]
     _verify(bootstrap, paths, expected, out)

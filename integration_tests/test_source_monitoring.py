@@ -87,16 +87,22 @@ def test_group_offsets_and_metrics_follow_each_batch(spark, bootstrap, tmp_path)
     lines = {line["batch"]: line for line in _metrics_lines(topic)}
     assert sorted(lines) == sorted(batches) == [0, 1, 2]
     for batch_id, records in batches.items():
-        line = lines[batch_id]
+        line = lines[batch_id]  # the INFO line's summary, and the detail the file adds
         assert line["rows"] == len(records), line
-        assert sum(p["rows"] for p in line["partitions"].values()) == len(records)
+        assert line["partitions_read"] == 2 and line["tasks"] == 2
+        # both partitions are in the detail (it lists up to 10): their rows add up
+        assert sum(p["rows"] for p in line["slowest"].values()) == len(records)
+        assert line["partitions_not_listed"] == 0
         assert line["tasks_without_report"] == 0
-        assert line["slowest_partition"] in line["partitions"]
+        assert line["slowest_partition"] == next(iter(line["slowest"]))
+        assert line["skew"] >= 1.0
         assert line["committed_to_group"] == group
     # 40 offsets a batch over two partitions of 50: ends at 20, 40, 50 on each.
     behind = {b: (line["avgOffsetsBehindLatest"], line["maxOffsetsBehindLatest"],
                   line["minOffsetsBehindLatest"]) for b, line in lines.items()}
     assert behind == {0: (30.0, 30, 30), 1: (10.0, 10, 10), 2: (0.0, 0, 0)}
+    assert lines[0]["most_behind"] == {f"{topic}-0": 30, f"{topic}-1": 30}
+    assert lines[2]["most_behind"] == {}
 
 
 def test_nothing_is_committed_to_the_group_by_default(spark, bootstrap, tmp_path):

@@ -15,6 +15,7 @@ from connectors.kafka_client import RETRY_TIMEOUT_OPTION, RetryPolicy, librdkafk
 from connectors.options import OptionError, Options
 from connectors.paths import normalise
 from sources.offsets import PartitionOffsets, parse_offsets_option
+from sources.task_packing import DEFAULT_TARGET_TASKS
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ KNOWN_OPTIONS = (
     "maxTriggerDelay",
     "minPartitions",
     "maxRecordsPerPartition",
+    "targetTasksPerBatch",  # ours: tasks small ranges are packed into (sources/task_packing.py)
+    "maxPartitionsPerTask",  # ours: the most ranges one packed task reads
     "groupIdPrefix",
     "includeHeaders",
     "arrowBatchRows",  # ours: rows per Arrow batch handed to Spark
@@ -110,12 +113,20 @@ class Subscription:
     pattern: str | None = None
     assignment: tuple[tuple[str, int], ...] = ()
 
-    def describe(self) -> str:
+    def describe(self, most: int = 3) -> str:
+        """For logs and metrics lines: at most `most` topics named, whatever the
+        subscription's size (a batch's line must not grow with hundreds of topics)."""
         if self.kind == "subscribePattern":
             return f"subscribePattern={self.pattern!r}"
         if self.kind == "assign":
-            return f"assign={sorted(self.assignment)}"
-        return f"subscribe={list(self.topics)}"
+            if len(self.assignment) <= most:
+                return f"assign={sorted(self.assignment)}"
+            topics = sorted({t for t, _ in self.assignment})
+            return (f"assign=[{len(self.assignment)} partitions of {topics[:most]}"
+                    + (f" and {len(topics) - most} more topic(s)]" if len(topics) > most else "]"))
+        if len(self.topics) <= most:
+            return f"subscribe={list(self.topics)}"
+        return f"subscribe={list(self.topics[:most])} and {len(self.topics) - most} more topic(s)"
 
 
 @dataclass(frozen=True)
@@ -167,6 +178,10 @@ class KafkaSourceOptions:
     read_mode: str = "tasks"
     #: kafkaRetryTimeout: every look-up and read retries transient errors under this deadline.
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    #: targetTasksPerBatch and maxPartitionsPerTask (None: no bound): how a batch's ranges are
+    #: packed into Spark tasks (sources/task_packing.py).
+    target_tasks: int = DEFAULT_TARGET_TASKS
+    max_partitions_per_task: int | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -434,4 +449,6 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
         task_metrics_location=_task_metrics_location(opts, batch=batch),
         read_mode=read_mode,
         retry_policy=RetryPolicy.from_options(opts),
+        target_tasks=opts.get_int("targetTasksPerBatch", DEFAULT_TARGET_TASKS, minimum=1),
+        max_partitions_per_task=opts.get_int("maxPartitionsPerTask", minimum=1),
     )

@@ -35,12 +35,14 @@ from pyspark.sql.types import StructType
 
 from connectors.options import OptionError
 from sources import offsets as off
-from sources.batch_metrics import PlannedBatch, batch_line, emit
+from sources.batch_metrics import PlannedBatch, batch_detail, batch_line, emit
 from sources.group_commit import GroupOffsetCommitter
 from sources.kafka_options import TASK_METRICS_OFF, KafkaSourceOptions, parse_source_options
-from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, DataLossError, read_range
+from sources.packed_reader import read_task
+from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, DataLossError
 from sources.resolver import OffsetResolver, report_data_loss
-from sources.task_metrics import ReportDirs, timed
+from sources.task_metrics import ReportDirs, TaskTally
+from sources.task_packing import pack_ranges
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +52,14 @@ MAX_PLANNED = 8
 
 
 class KafkaInputPartition(InputPartition):
-    """One Spark task: records [from_offset, until_offset) of one topic-partition, and where
+    """One Spark task: its offset ranges, each records [from_offset, until_offset) of one
+    topic-partition (several when small ranges are packed: sources/task_packing.py), and where
     it leaves its read metrics for the driver (sources/task_metrics.py), if anywhere."""
 
-    def __init__(self, rng: off.OffsetRange, report_dir: str | None = None,
+    def __init__(self, ranges: tuple[off.OffsetRange, ...], report_dir: str | None = None,
                  report_shared: bool = False) -> None:
-        super().__init__(rng)
-        self.range = rng
+        super().__init__(ranges)
+        self.ranges = tuple(ranges)
         self.report_dir = report_dir
         self.report_shared = report_shared
 
@@ -101,15 +104,18 @@ class KafkaEosDataSource(DataSource):
 
 
 def read_partition(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """One planned range, read by a task (or by the driver: sources/driver_reader.py)."""
+    """One planned task's ranges, read by a task (or by the driver: sources/driver_reader.py)."""
     if not isinstance(partition, KafkaInputPartition):
         # A batch read with nothing to read: PySpark runs one task with InputPartition(None)
         # when the plan is empty (pyspark/sql/worker/plan_data_source_read.py).
         if getattr(partition, "value", None) is None:
             return iter(())
         raise TypeError(f"kafka-eos: not a partition of this source: {partition!r}")
-    batches = read_range(
-        partition.range,
+    ranges = [r for r in partition.ranges if r.size > 0]
+    report_dir = partition.report_dir
+    tally = TaskTally() if report_dir is not None and ranges else None
+    batches = read_task(
+        ranges,
         options.kafka_conf,
         include_headers=options.include_headers,
         batch_rows=options.arrow_batch_rows,
@@ -117,11 +123,11 @@ def read_partition(options: KafkaSourceOptions, partition: InputPartition) -> It
         fail_on_data_loss=options.fail_on_data_loss,
         cache_capacity=options.consumer_cache_capacity,
         cache_timeout_ms=options.consumer_cache_timeout_ms,
+        on_range_done=tally.range_done if tally is not None else None,
     )
-    report_dir = getattr(partition, "report_dir", None)  # absent in partitions pickled before
-    if report_dir is None or partition.range.size == 0:
+    if tally is None:
         return batches
-    return timed(batches, partition.range, report_dir, shared=partition.report_shared)
+    return tally.timed(batches, report_dir, shared=partition.report_shared)  # type: ignore[arg-type]
 
 
 def _key(end: off.PartitionOffsets) -> str:
@@ -131,13 +137,24 @@ def _key(end: off.PartitionOffsets) -> str:
 
 def _plan(options: KafkaSourceOptions, start: off.PartitionOffsets,
           end: off.PartitionOffsets) -> list[KafkaInputPartition]:
+    """The batch's Spark tasks: its ranges, split where large (minPartitions,
+    maxRecordsPerPartition), then packed where small (targetTasksPerBatch,
+    maxPartitionsPerTask). A function of the offsets and the options only, so a replayed batch
+    gets the same tasks, each with the same ranges (sources/task_packing.py)."""
     ranges = off.plan_ranges(
         start,
         end,
         min_partitions=options.min_partitions,
         max_records_per_partition=options.max_records_per_partition,
     )
-    return [KafkaInputPartition(r) for r in ranges]
+    tasks = pack_ranges(
+        ranges,
+        target_tasks=options.target_tasks,
+        max_ranges_per_task=options.max_partitions_per_task,
+        max_records_per_task=options.max_records_per_partition,
+        min_tasks=options.min_partitions,
+    )
+    return [KafkaInputPartition(task) for task in tasks]
 
 
 class _UsesBroker:
@@ -388,7 +405,8 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
             # an earlier run and replayed now.
             latest = dict(self._latest) if self._latest is not None else None
             self._planned[key] = (
-                PlannedBatch(begin, stop, tuple(p.range for p in plan), latest), report_dir)
+                PlannedBatch(begin, stop, tuple(r for p in plan for r in p.ranges), latest,
+                             tasks=tuple(p.ranges for p in plan)), report_dir)
             while len(self._planned) > MAX_PLANNED:  # plans never completed (replanned)
                 del self._planned[next(iter(self._planned))]
         return plan  # type: ignore[return-value]
@@ -453,8 +471,8 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
                 line = batch_line(self._describe(), batch, reports,
                                   group=self.options.commit_group)
                 if line["tasks_without_report"] and report_dir is not None:
-                    self._warn_missing_reports(line["tasks_without_report"], len(batch.ranges))
-                emit(line)
+                    self._warn_missing_reports(line["tasks_without_report"], line["tasks"])
+                emit(line, batch_detail(batch, reports))
         except Exception as e:
             log.warning("kafka-eos: the metrics of a completed batch failed: %s", e)
 

@@ -37,7 +37,8 @@ LATEST = -1
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:
-    """Records [from_offset, until_offset) of one topic-partition: one Spark task's input."""
+    """Records [from_offset, until_offset) of one topic-partition: a Spark task reads one or
+    more (sources/task_packing.py)."""
 
     topic: str
     partition: int
@@ -215,7 +216,8 @@ def plan_ranges(
     min_partitions: int | None = None,
     max_records_per_partition: int | None = None,
 ) -> list[OffsetRange]:
-    """Spark tasks for one batch: one range per topic-partition, split where it is large.
+    """The ranges of one batch: one per topic-partition, split where it is large (then packed
+    into Spark tasks where small: sources/task_packing.py).
 
     A hot partition is split so that no task reads more than `max_records_per_partition`,
     and the batch has at least `min_partitions` tasks when it has that many records, with the

@@ -134,11 +134,17 @@ class _Columns:
 
     def to_batch(self, r: OffsetRange) -> pa.RecordBatch:
         n = len(self.offsets)
+        return self.to_batch_of(pa.repeat(pa.scalar(r.topic, pa.string()), n),
+                                pa.repeat(pa.scalar(r.partition, pa.int32()), n))
+
+    def to_batch_of(self, topics: pa.Array, partitions: pa.Array) -> pa.RecordBatch:
+        """The batch, with its topic and partition columns given (records of several
+        partitions: sources/packed_reader.py)."""
         arrays = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
-            pa.repeat(pa.scalar(r.topic, pa.string()), n),
-            pa.repeat(pa.scalar(r.partition, pa.int32()), n),
+            topics,
+            partitions,
             pa.array(self.offsets, pa.int64()),
             pc.multiply(pa.array(self.stamps, pa.int64()), 1000).cast(TIMESTAMP_TYPE),
             # librdkafka: 0 none, 1 CreateTime, 2 LogAppendTime; Spark: -1, 0, 1.
@@ -334,9 +340,12 @@ def _take_slowly(consumer, r: OffsetRange, msgs: list, next_offset: int, fail: b
 
 
 def _handle_error(
-    consumer: Consumer, r: OffsetRange, err: KafkaError, next_offset: int, fail: bool
+    consumer: Consumer, r: OffsetRange, err: KafkaError, next_offset: int, fail: bool,
+    reposition: Callable[[int], None] | None = None,
 ) -> int:
-    """Offsets out of range mean data loss; anything else non-retriable is raised."""
+    """Offsets out of range mean data loss; anything else non-retriable is raised.
+    `reposition(offset)` moves the consumer to where the range's reading resumes (by default
+    it is assigned the range's partition alone, at that offset)."""
     if err.code() == KafkaError._PARTITION_EOF:
         return next_offset
     if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
@@ -356,7 +365,10 @@ def _handle_error(
         log.warning("%s; skipping them because failOnDataLoss=false", message)
         resume = max(low, next_offset)
         if resume < r.until_offset:
-            consumer.assign([TopicPartition(r.topic, r.partition, resume)])
+            if reposition is None:
+                consumer.assign([TopicPartition(r.topic, r.partition, resume)])
+            else:
+                reposition(resume)
         return resume
     if is_transient(KafkaException(err)):  # a leader moving: librdkafka fetches again
         log.warning("kafka-eos: transient error reading %s-%s: %s", r.topic, r.partition, err)

@@ -15,27 +15,13 @@ from confluent_kafka.admin import AdminClient
 
 from connectors.options import OptionError
 from sources.kafka_options import KafkaSourceOptions, StartSpec, Subscription
-from connectors.kafka_client import KafkaMetadata, KafkaRetriesExhausted, is_transient
+from connectors.kafka_client import KafkaMetadata, KafkaRetriesExhausted, admin_conf, is_transient
 from sources.offsets import EARLIEST, LATEST, PartitionOffsets, TopicIds, TopicPartition
 from sources.range_reader import DataLossError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: librdkafka properties of consumers only (scope "C" in its CONFIGURATION.md): left out of the
-#: admin client's configuration, which would otherwise log a warning for each of them.
-CONSUMER_ONLY = frozenset({
-    "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms",
-    "heartbeat.interval.ms", "group.protocol.type", "group.protocol", "group.remote.assignor",
-    "coordinator.query.interval.ms", "max.poll.interval.ms", "enable.auto.commit",
-    "auto.commit.interval.ms", "enable.auto.offset.store", "queued.min.messages",
-    "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.queue.backoff.ms",
-    "fetch.message.max.bytes", "max.partition.fetch.bytes", "fetch.max.bytes",
-    "fetch.min.bytes", "fetch.error.backoff.ms", "offset.store.method", "isolation.level",
-    "enable.partition.eof", "check.crcs", "allow.auto.create.topics", "auto.offset.reset",
-    "auto.commit.enable", "offset.store.path", "offset.store.sync.interval.ms",
-    "consume.callback.max.messages",
-})
 #: Topic-level errors of DescribeTopics that mean "no such topic now", not a failure.
 _NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_ID}
 
@@ -72,6 +58,17 @@ class OffsetResolver:
     def _watermarks(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         tps = list(tps)
         return self._retrying("reading offsets", lambda: self.metadata.watermarks(tps))
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        """Earliest offsets: one ListOffsets round trip per broker (KafkaMetadata)."""
+        tps = list(tps)
+        return self._retrying("reading the earliest offsets", lambda: self.metadata.earliest(tps))
+
+    def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        """Latest offsets (last stable offsets under read_committed): one ListOffsets round trip
+        per broker."""
+        tps = list(tps)
+        return self._retrying("reading the latest offsets", lambda: self.metadata.latest(tps))
 
     # -- partitions ---------------------------------------------------------------------------
 
@@ -128,12 +125,11 @@ class OffsetResolver:
             return {}
 
     def _new_admin(self, conf: dict[str, str]) -> AdminClient:
-        return AdminClient(conf)
+        return self.metadata.admin()  # the offset look-ups' client: one connection for both
 
     def _describe(self, names: list[str]) -> TopicIds:
         if self._admin is None:
-            conf = {k: v for k, v in self.options.kafka_conf.items() if k not in CONSUMER_ONLY}
-            self._admin = self._new_admin(conf)
+            self._admin = self._new_admin(admin_conf(self.options.kafka_conf))
         futures = self._admin.describe_topics(TopicCollection(names), request_timeout=10)
         ids: TopicIds = {}
         for name, future in futures.items():
@@ -151,12 +147,6 @@ class OffsetResolver:
         return ids
 
     # -- offsets ------------------------------------------------------------------------------
-
-    def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
-        return {tp: low for tp, (low, _high) in self._watermarks(tps).items()}
-
-    def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
-        return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
 
     def resolve(self, spec: StartSpec, tps: list[TopicPartition], option: str) -> PartitionOffsets:
         """Concrete offsets for a starting or ending specification; `option` is the option that

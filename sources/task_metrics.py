@@ -3,7 +3,9 @@
 PySpark's Python data source gives readers no accumulators and no task metrics, so each task
 leaves a small JSON report in a per-batch directory the driver planned, and the driver reads
 them when the batch has completed (then deletes the directory). The cost is one small file
-write per task and one listing per batch: no broker round trip.
+write per task and one listing per batch: no broker round trip. A task's report lists every
+range it read (a packed task reads several: sources/task_packing.py), each with its rows and
+read time, so the batch's metrics account for every range whatever the packing.
 
 By default the directory is in the driver's temp dir: that serves local mode and executors on
 the driver's machine. A task that runs elsewhere finds no such directory and writes nothing
@@ -22,7 +24,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -71,7 +73,10 @@ class ReportDirs:
                 if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
                     continue
                 with loc.fs.open_input_stream(info.path) as f:
-                    reports.append(TaskReport.from_json(json.loads(f.read())))
+                    doc = json.loads(f.read())
+                # a task's list of range reports (one range's report alone: older tasks)
+                for item in doc if isinstance(doc, list) else [doc]:
+                    reports.append(TaskReport.from_json(item))
             loc.fs.delete_dir(loc.path)
         except Exception as e:
             log.warning("kafka-eos: cannot read the tasks' read metrics in %s: %s", batch_dir, e)
@@ -112,15 +117,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def write_report(batch_dir: str, report: TaskReport, *, shared: bool) -> None:
-    """A task's side: leave `report` in `batch_dir`. Without a shared location, only where the
-    directory exists (the task runs on the driver's machine). Never raises."""
+def write_report(batch_dir: str, report: TaskReport | Sequence[TaskReport], *,
+                 shared: bool) -> None:
+    """A task's side: leave its reports (one per range it read) in `batch_dir`, in one file.
+    Without a shared location, only where the directory exists (the task runs on the driver's
+    machine). Never raises."""
+    reports = [report] if isinstance(report, TaskReport) else list(report)
+    if not reports:
+        return
+    first = reports[0]
     try:
         loc = resolve(OPTION, batch_dir)
         if not shared and loc.fs.get_file_info(loc.path).type != pafs.FileType.Directory:
             return
-        name = f"{report.topic}-{report.partition}-{report.from_offset}.json"
-        data = json.dumps(report.to_json()).encode()
+        name = f"{first.topic}-{first.partition}-{first.from_offset}.json"
+        data = json.dumps([r.to_json() for r in reports]).encode()
         if loc.is_local:  # written aside, then renamed: the driver never reads half a file
             tmp = f"{loc.path}/.{name}.{uuid.uuid4().hex[:8]}"
             with loc.fs.open_output_stream(tmp) as f:
@@ -130,8 +141,10 @@ def write_report(batch_dir: str, report: TaskReport, *, shared: bool) -> None:
             with loc.fs.open_output_stream(f"{loc.path}/{name}") as f:
                 f.write(data)
     except Exception as e:
-        log.warning("kafka-eos: cannot leave the read metrics of %s-%s in %s: %s",
-                    report.topic, report.partition, batch_dir, e)
+        log.warning("kafka-eos: cannot leave the read metrics of %s-%s%s in %s: %s",
+                    first.topic, first.partition,
+                    f" and {len(reports) - 1} more range(s)" if len(reports) > 1 else "",
+                    batch_dir, e)
 
 
 def current_batch_id() -> int | None:
@@ -148,21 +161,57 @@ def current_batch_id() -> int | None:
 
 def timed(batches: Iterator[pa.RecordBatch], rng: OffsetRange, batch_dir: str, *,
           shared: bool) -> Iterator[pa.RecordBatch]:
-    """`batches`, passed through, counting rows and the time spent producing them (not the
-    time Spark spends with each one); the report is written when the range was read whole."""
-    rows, spent = 0, 0.0
-    try:
-        started = time.perf_counter()
+    """`batches` of one range, passed through, counting rows and the time spent producing them
+    (not the time Spark spends with each one); the report is written when the range was read
+    whole. A task of one range, as TaskTally counts it."""
+    tally = TaskTally()
+
+    def counted() -> Iterator[pa.RecordBatch]:
+        rows = 0
         for batch in batches:
-            spent += time.perf_counter() - started
             rows += batch.num_rows
             yield batch
-            started = time.perf_counter()
-        spent += time.perf_counter() - started
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()
-    write_report(batch_dir, TaskReport(current_batch_id(), rng.topic, rng.partition,
-                                       rng.from_offset, rng.until_offset, rows,
-                                       round(spent * 1000, 1)), shared=shared)
+        tally.range_done(rng, rows)
+
+    return tally.timed(counted(), batch_dir, shared=shared)
+
+
+class TaskTally:
+    """What a task read, range by range, for its report: each range's rows, and the task's
+    read time until that range was read whole (the ranges of a packed task are read at once,
+    so that is the time the range held the task). Read time counts the time spent producing
+    record batches, not the time Spark spends with each one."""
+
+    def __init__(self) -> None:
+        self._done: list[tuple[OffsetRange, int, float]] = []
+        self._spent = 0.0
+        self._since: float | None = None
+
+    def _elapsed_ms(self) -> float:
+        running = time.perf_counter() - self._since if self._since is not None else 0.0
+        return round((self._spent + running) * 1000, 1)
+
+    def range_done(self, rng: OffsetRange, rows: int) -> None:
+        self._done.append((rng, rows, self._elapsed_ms()))
+
+    def timed(self, batches: Iterator[pa.RecordBatch], batch_dir: str, *,
+              shared: bool) -> Iterator[pa.RecordBatch]:
+        """`batches`, passed through; the report is written when every range was read whole
+        (a task that failed reports nothing: its retry will)."""
+        try:
+            self._since = time.perf_counter()
+            for batch in batches:
+                self._spent += time.perf_counter() - self._since
+                self._since = None
+                yield batch
+                self._since = time.perf_counter()
+            self._spent += time.perf_counter() - self._since
+            self._since = None
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+        batch_id = current_batch_id()
+        write_report(batch_dir, [TaskReport(batch_id, r.topic, r.partition, r.from_offset,
+                                            r.until_offset, rows, ms)
+                                 for r, rows, ms in self._done], shared=shared)

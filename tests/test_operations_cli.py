@@ -279,3 +279,26 @@ def test_resolve_leaves_a_first_offsets_write_that_may_be_in_progress(killed_at_
     rc, _, err = run(capsys, "resolve", killed_at_first_offsets, "--apply")
     assert rc == EXIT_QUERY_MAY_BE_RUNNING and ".0.7c4c1ae3" in err
     assert len(os.listdir(offsets)) == 2
+
+
+def test_inspect_text_names_a_few_partitions_of_a_wide_topic(tmp_path, capsys):
+    """1,000 partitions: the text line of a batch names the 8 that moved most, and how many
+    more; the JSON report keeps every partition."""
+    path = str(tmp_path / "wide")
+    os.makedirs(path)
+    spark_batch(path, 0, {"wide": {str(p): 10 for p in range(1000)}}, committed=True)
+    ends = {str(p): 10 + (50 if p in (7, 500, 999) else 1) for p in range(1000)}
+    spark_batch(path, 1, {"wide": ends}, committed=True)
+    old = time.time() - 3600
+    for root, _, files in os.walk(path):
+        for name in files:
+            os.utime(os.path.join(root, name), (old, old))
+    rc, out, _ = run(capsys, "inspect", path)
+    assert rc == 0
+    (line,) = [ln for ln in out.splitlines() if "source wide" in ln and "p7 10->60" in ln]
+    assert "p500 10->60 (50)" in line and "p999 10->60 (50)" in line
+    assert "and 992 more partitions; 1147 offsets" in line
+    assert len(line) < 400
+    report = inspect_checkpoint(path)
+    (src,) = [b for b in report["batches"] if b["batch"] == 1][0]["source"]
+    assert len(src["partitions"]) == 1000

@@ -18,7 +18,9 @@ from sources.batch_metrics import (
     SOURCE_METRICS_ENV,
     PlannedBatch,
     TaskReport,
+    batch_detail,
     batch_line,
+    emit,
     offsets_behind_latest,
 )
 from sources.group_commit import GroupOffsetCommitter
@@ -62,27 +64,98 @@ def _planned(ranges, latest=None) -> PlannedBatch:
 
 
 def test_line_sums_the_ranges_of_one_partition_and_names_the_slowest():
+    """A partition's read time is its longest range's (ranges run side by side, or in turn in
+    one packed task whose clock they share): here a-1's 6 ms, not a-0's 3 + 4.5."""
     ranges = [OffsetRange("a", 0, 0, 10), OffsetRange("a", 0, 10, 20), OffsetRange("a", 1, 5, 9)]
     reports = [TaskReport(7, "a", 0, 0, 10, 10, 3.0), TaskReport(7, "a", 0, 10, 20, 8, 4.5),
                TaskReport(7, "a", 1, 5, 9, 4, 6.0)]
-    line = batch_line("kafka-eos subscribe=['a']", _planned(ranges, {A0: 25, A1: 9}), reports)
+    planned = _planned(ranges, {A0: 25, A1: 9})
+    line = batch_line("kafka-eos subscribe=['a']", planned, reports)
     assert line["batch"] == 7
     assert line["rows"] == 22 and line["offsets"] == 24  # 2 offsets were markers
-    assert line["partitions"]["a-0"] == {"offsets": 20, "rows": 18, "ms": 7.5}
-    assert line["slowest_partition"] == "a-0" and line["read_ms_max"] == 7.5
+    assert line["tasks"] == 3 and line["partitions_read"] == 2
+    assert line["slowest_partition"] == "a-1" and line["read_ms_max"] == 6.0
+    assert line["read_ms_median"] == 5.2 and line["skew"] == 1.1  # 6.0 / 5.25
     assert line["maxOffsetsBehindLatest"] == 5 and line["minOffsetsBehindLatest"] == 0
     assert line["tasks_without_report"] == 0
-    assert "committed_to_group" not in line
+    assert "committed_to_group" not in line and "partitions" not in line
+    detail = batch_detail(planned, reports)
+    assert detail["slowest"] == {"a-1": {"offsets": 4, "rows": 4, "ms": 6.0},
+                                 "a-0": {"offsets": 20, "rows": 18, "ms": 4.5}}
+    assert list(detail["slowest"]) == ["a-1", "a-0"]  # slowest first
+    assert detail["most_behind"] == {"a-0": 5} and detail["partitions_not_listed"] == 0
 
 
 def test_a_range_without_report_has_no_rows_or_time_and_the_total_is_unknown():
     ranges = [OffsetRange("a", 0, 0, 10), OffsetRange("a", 1, 0, 3)]
-    line = batch_line("s", _planned(ranges), [TaskReport(1, "a", 1, 0, 3, 3, 1.0)], group="g")
+    reports = [TaskReport(1, "a", 1, 0, 3, 3, 1.0)]
+    line = batch_line("s", _planned(ranges), reports, group="g")
     assert line["rows"] is None and line["tasks_without_report"] == 1
-    assert line["partitions"]["a-0"] == {"offsets": 10, "rows": None, "ms": None}
-    assert line["slowest_partition"] == "a-1"
+    assert line["slowest_partition"] == "a-1" and line["skew"] == 1.0
     assert "avgOffsetsBehindLatest" not in line  # a replayed batch: latest unknown
     assert line["committed_to_group"] == "g"
+    detail = batch_detail(_planned(ranges), reports)
+    assert detail["slowest"]["a-0"] == {"offsets": 10, "rows": None, "ms": None}
+    assert list(detail["slowest"]) == ["a-1", "a-0"] and detail["most_behind"] == {}
+
+
+def _wide_batch(partitions: int, topic: str = "orders-eu-west-1") -> tuple[PlannedBatch, list]:
+    ranges = [OffsetRange(topic, p, 1000, 1004 + p % 5) for p in range(partitions)]
+    latest = {(topic, p): 2000 + 10 * p for p in range(partitions)}
+    planned = PlannedBatch({}, {(r.topic, r.partition): r.until_offset for r in ranges},
+                           tuple(ranges), latest, tasks=tuple(
+                               tuple(ranges[i::8]) for i in range(min(8, partitions))))
+    reports = [TaskReport(4, r.topic, r.partition, r.from_offset, r.until_offset, r.size,
+                          1.0 + r.partition % 97 / 10) for r in ranges]
+    return planned, reports
+
+
+def test_the_line_and_its_detail_do_not_grow_with_the_partition_count():
+    """Listing every partition, the line was tens of kilobytes a batch at 1,000 partitions."""
+    sizes = {}
+    for n in (20, 1000, 5000):
+        planned, reports = _wide_batch(n)
+        line = batch_line("kafka-eos subscribe=['orders-eu-west-1']", planned, reports)
+        detail = batch_detail(planned, reports)
+        assert line["partitions_read"] == n and line["rows"] == sum(r.rows for r in reports)
+        assert len(detail["slowest"]) == len(detail["most_behind"]) == 10
+        assert detail["partitions_not_listed"] == n - 10
+        sizes[n] = (len(json.dumps(line)), len(json.dumps(detail)))
+    assert max(s for s, _ in sizes.values()) < 600
+    assert max(d for _, d in sizes.values()) < 1500
+    planned, reports = _wide_batch(1000)
+    detail = batch_detail(planned, reports)
+    assert list(detail["most_behind"])[0] == "orders-eu-west-1-999"  # furthest behind first
+    assert all(v["ms"] == 10.6 for v in detail["slowest"].values())  # partition % 97 == 96
+    # a tie names the first, as the detail lists it
+    assert batch_line("s", planned, reports)["slowest_partition"] == next(iter(detail["slowest"]))
+
+
+def test_a_subscription_of_many_topics_is_named_in_a_few():
+    from sources.kafka_options import Subscription
+
+    many = Subscription("subscribe", topics=tuple(f"t{i}" for i in range(200)))
+    assert many.describe() == "subscribe=['t0', 't1', 't2'] and 197 more topic(s)"
+    assert Subscription("subscribe", topics=("a", "b")).describe() == "subscribe=['a', 'b']"
+    wide = Subscription("assign", assignment=tuple(("t", p) for p in range(1000)))
+    assert wide.describe() == "assign=[1000 partitions of ['t']]"
+
+
+def test_the_detail_is_a_debug_line(caplog_source):
+    planned, reports = _wide_batch(30)
+    logger = logging.getLogger("kafka_eos.source")
+    line, detail = batch_line("s", planned, reports), batch_detail(planned, reports)
+    emit(line, detail)
+    assert [r.levelname for r in caplog_source.records] == ["INFO"]
+    logger.setLevel(logging.DEBUG)
+    try:
+        emit(line, detail)
+    finally:
+        logger.setLevel(logging.INFO)
+    debug = [r.getMessage() for r in caplog_source.records if r.levelname == "DEBUG"]
+    (text,) = debug
+    doc = json.loads(text.split("batch read detail ", 1)[1])
+    assert doc["source"] == "s" and len(doc["slowest"]) == 10
 
 
 # --------------------------------------------------------------------------- task reports
@@ -191,7 +264,8 @@ def test_a_batch_completes_when_the_next_is_planned_and_is_reported_once(
     assert reader._committer.commits == [{A0: 0, A1: 0}]  # the query's position at start
     plan = reader.partitions(start, end)
     for p in plan:  # the tasks
-        list(timed(_batches([p.range.size]), p.range, p.report_dir, shared=p.report_shared))
+        (rng,) = p.ranges
+        list(timed(_batches([rng.size]), rng, p.report_dir, shared=p.report_shared))
     assert _lines(caplog_source) == []  # not completed yet
     reader.latestOffset(end, ReadMaxRows(40))  # Spark plans the next batch: this one is done
     reader.commit(end)  # Spark's own commit, later: nothing twice
@@ -203,7 +277,11 @@ def test_a_batch_completes_when_the_next_is_planned_and_is_reported_once(
     assert line["minOffsetsBehindLatest"] == min(behind)
     assert line["avgOffsetsBehindLatest"] == sum(behind) / 2
     assert reader._committer.commits[-1] == ends and len(reader._committer.commits) == 2
-    assert [json.loads(x) for x in metrics_file.read_text().splitlines()] == [line]
+    (in_file,) = [json.loads(x) for x in metrics_file.read_text().splitlines()]
+    assert {k: v for k, v in in_file.items() if k in line} == line  # the line, and the detail:
+    assert in_file["slowest"].keys() == {"a-0", "a-1"} and in_file["partitions_not_listed"] == 0
+    assert sum(p["rows"] for p in in_file["slowest"].values()) == 40
+    assert in_file["most_behind"] == {"a-0": behind[0], "a-1": behind[1]}
 
 
 def test_a_replayed_batch_is_reported_without_behind_latest(caplog_source, tmp_path):
@@ -308,3 +386,46 @@ def test_default_directories_of_ended_processes_are_swept_at_the_next_start(tmp_
     finally:
         live.kill()
         live.wait()
+
+
+# --------------------------------------------------------------------------- packed tasks
+
+
+def test_a_packed_task_reports_every_range_it_read_in_one_file(tmp_path, monkeypatch):
+    """One report file per task, listing each range's rows and read time: the batch line
+    accounts for every range and counts the tasks."""
+    import sources.kafka_source as ks
+
+    def scripted(ranges, conf, *, on_range_done=None, **_):
+        for r in ranges:
+            yield pa.RecordBatch.from_pydict({"x": list(range(r.size - 1))})  # one marker each
+            on_range_done(r, r.size - 1)
+
+    monkeypatch.setattr(ks, "read_task", scripted)
+    reader = _reader([{("a", p): 10 for p in range(30)}], targetTasksPerBatch="3",
+                     taskMetricsLocation=str(tmp_path / "m"))
+    start = {"a": {str(p): 0 for p in range(30)}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    plan = reader.partitions(start, end)
+    assert len(plan) == 3 and sum(len(p.ranges) for p in plan) == 30
+    for p in plan:
+        assert sum(b.num_rows for b in ks.read_partition(reader.options, p)) == 90
+    (batch_dir,) = [d for _, d in reader._planned.values()]
+    assert len(os.listdir(batch_dir)) == 3  # one file per task
+    planned, report_dir = next(iter(reader._planned.values()))
+    reports = reader._reports.collect(report_dir)
+    assert len(reports) == 30  # every range accounted for
+    line = batch_line("s", planned, reports)
+    assert line["tasks"] == 3 and line["tasks_without_report"] == 0
+    assert line["rows"] == 270 and line["offsets"] == 300 and line["partitions_read"] == 30
+    detail = batch_detail(planned, reports)
+    assert all(e["rows"] == 9 for e in detail["slowest"].values())
+    assert detail["partitions_not_listed"] == 20
+
+
+def test_a_packed_task_without_report_counts_once(tmp_path):
+    ranges = [OffsetRange("a", p, 0, 5) for p in range(4)]
+    planned = PlannedBatch({}, {}, tuple(ranges), None, tasks=(tuple(ranges[:3]), (ranges[3],)))
+    line = batch_line("s", planned, [TaskReport(1, "a", 3, 0, 5, 5, 1.0)])
+    assert line["tasks"] == 2 and line["tasks_without_report"] == 1
+    assert line["rows"] is None and line["offsets"] == 20

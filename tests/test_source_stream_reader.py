@@ -149,7 +149,7 @@ def test_trigger_available_now_reads_to_its_target_whatever_min_offsets_per_trig
 
 
 def _plan(reader: KafkaStreamReader, start: dict, end: dict) -> list[OffsetRange]:
-    return [p.range for p in reader.partitions(start, end)]
+    return [r for p in reader.partitions(start, end) for r in p.ranges]
 
 
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
@@ -221,6 +221,13 @@ class FakeMetadata:
         n = self.calls.count("watermarks") - self.failures
         answer = self.highs[min(n - 1, len(self.highs) - 1)]
         return {tp: (0, answer[tp]) for tp in tps}
+
+    # The earliest and latest look-ups are one ListOffsets each; counted as watermarks.
+    def earliest(self, tps):
+        return {tp: low for tp, (low, _) in self.watermarks(tps).items()}
+
+    def latest(self, tps):
+        return {tp: high for tp, (_, high) in self.watermarks(tps).items()}
 
     def offsets_for_times(self, wanted):
         self._maybe_fail("offsets_for_times")
@@ -305,7 +312,7 @@ def test_ending_offsets_by_timestamp_must_cover_every_partition():
 def _batch_plan(opts, meta: FakeMetadata) -> list[OffsetRange]:
     reader = KafkaBatchReader(opts)
     reader._resolver = _resolver(opts, meta)
-    return [p.range for p in reader.partitions()]
+    return [r for p in reader.partitions() for r in p.ranges]
 
 
 def test_batch_read_ends_at_the_ending_timestamps():
@@ -396,3 +403,49 @@ def test_initial_offset_is_resolved_once():
     end = reader.latestOffset(first, ReadAllAvailable())
     assert reader.initialOffset() == first == {"lat": {"0": 100}}
     assert reader.partitions(reader.initialOffset(), end)  # no "went back"
+
+
+# --------------------------------------------------------------------------- packed tasks
+
+
+def _tasks(reader: KafkaStreamReader, start: dict, end: dict) -> list[tuple[OffsetRange, ...]]:
+    return [p.ranges for p in reader.partitions(start, end)]
+
+
+def test_small_ranges_are_packed_and_a_replay_plans_the_same_tasks_in_the_same_order():
+    """Spark partition i of a batch is the i-th task planned: the exactly-once sinks decide per
+    (batch, Spark partition), so a replay (a new reader, after a restart, never asking the
+    broker) must put the same ranges in the same task at the same index."""
+    opts = _options(targetTasksPerBatch="4")
+    start = {"lat": {str(p): 10 * p for p in range(40)}}
+    end = {"lat": {str(p): 10 * p + 1 + p % 7 for p in range(40)}}
+    first = _tasks(_reader(opts, NoBroker()), start, end)
+    assert len(first) == 4
+    ranges = sorted(r for t in first for r in t)
+    assert ranges == [OffsetRange("lat", p, 10 * p, 10 * p + 1 + p % 7) for p in range(40)]
+    sizes = [sum(r.size for r in t) for t in first]
+    assert max(sizes) - min(sizes) <= 6  # balanced by offsets, not by partitions
+    assert _tasks(_reader(opts, NoBroker()), start, end) == first
+
+
+def test_max_partitions_per_task_one_plans_a_task_per_range():
+    opts = _options(maxPartitionsPerTask="1")
+    start = {"lat": {str(p): 0 for p in range(20)}}
+    end = {"lat": {str(p): 3 for p in range(20)}}
+    assert _tasks(_reader(opts, NoBroker()), start, end) == [
+        (OffsetRange("lat", p, 0, 3),) for p in range(20)]
+
+
+def test_default_packing_leaves_a_few_partitions_one_task_each():
+    start = {"lat": {str(p): 0 for p in range(8)}}
+    end = {"lat": {str(p): 3 for p in range(8)}}
+    assert len(_tasks(_reader(_options(), NoBroker()), start, end)) == 8
+    start["lat"]["8"], end["lat"]["8"] = 0, 3
+    assert len(_tasks(_reader(_options(), NoBroker()), start, end)) == 8  # 9 ranges, 8 tasks
+
+
+@pytest.mark.parametrize("name", ["targetTasksPerBatch", "maxPartitionsPerTask"])
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_packing_options_must_be_positive_whole_numbers(name, value):
+    with pytest.raises(OptionError, match=rf"Option '{name}'.*(at least 1|whole number)"):
+        _options(**{name: value})

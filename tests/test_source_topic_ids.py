@@ -93,7 +93,7 @@ def test_same_id_reads_on():
     start = _with_ids({"lat": {"0": 10}}, {"lat": OLD})
     end = reader.latestOffset(start, ReadAllAvailable())
     assert end == {"lat": {"0": 30}, off.TOPIC_IDS_KEY: {"lat": OLD}}
-    assert [p.range for p in reader.partitions(start, end)] == [OffsetRange("lat", 0, 10, 30)]
+    assert [r for p in reader.partitions(start, end) for r in p.ranges] == [OffsetRange("lat", 0, 10, 30)]
     assert resolver.id_lookups == 1  # one look-up per batch, none to plan it
 
 
@@ -133,7 +133,7 @@ def test_recreated_topic_without_fail_on_data_loss_is_read_from_its_start(caplog
     assert end == {"lat": {"0": 25, "1": 25}, off.TOPIC_IDS_KEY: {"lat": NEW}}
     assert resolver.latest_calls == 1  # no "went back" look-ups: the topic is known to be new
     assert "lat-0: 10, lat-1: 10" in caplog.text and OLD in caplog.text and NEW in caplog.text
-    plan = [p.range for p in reader.partitions(start, end)]
+    plan = [r for p in reader.partitions(start, end) for r in p.ranges]
     assert plan == [OffsetRange("lat", 0, 0, 25), OffsetRange("lat", 1, 0, 25)]
 
 
@@ -172,7 +172,7 @@ def test_logged_batch_across_a_recreation_is_planned_from_zero_without_the_broke
         with pytest.raises(DataLossError, match=f"{OLD}.*{NEW}"):
             reader.partitions(start, end)
     else:
-        assert [p.range for p in reader.partitions(start, end)] == [OffsetRange("lat", 0, 0, 25)]
+        assert [r for p in reader.partitions(start, end) for r in p.ranges] == [OffsetRange("lat", 0, 0, 25)]
 
 
 def test_replayed_batch_checks_the_topic_is_still_the_logged_one():
@@ -181,7 +181,7 @@ def test_replayed_batch_checks_the_topic_is_still_the_logged_one():
     reader = _reader(resolver.options, resolver)
     start = _with_ids({"lat": {"0": 10}}, {"lat": OLD})
     end = _with_ids({"lat": {"0": 25}}, {"lat": OLD})
-    assert [p.range for p in reader.partitions(start, end)] == [OffsetRange("lat", 0, 10, 25)]
+    assert [r for p in reader.partitions(start, end) for r in p.ranges] == [OffsetRange("lat", 0, 10, 25)]
     assert resolver.id_lookups == 1 and resolver.latest_calls == 0
 
 
@@ -201,7 +201,7 @@ def test_replayed_batch_of_a_topic_recreated_since_reads_nothing_of_it(fail_on_d
             reader.partitions(start, end)
         return
     with caplog.at_level(logging.WARNING):
-        plan = [p.range for p in reader.partitions(start, end)]
+        plan = [r for p in reader.partitions(start, end) for r in p.ranges]
     assert plan == [OffsetRange("b", 0, 4, 9)]
     assert "topic lat was deleted" in caplog.text
     from sources.kafka_source import _key
@@ -209,7 +209,7 @@ def test_replayed_batch_of_a_topic_recreated_since_reads_nothing_of_it(fail_on_d
     assert _key(off.from_json(end)) in reader._planned  # its metrics line when it completes
     nxt = reader.latestOffset(end, ReadAllAvailable())
     assert nxt == {"b": {"0": 9}, "lat": {"0": 30}, off.TOPIC_IDS_KEY: {"b": OLD, "lat": NEW}}
-    assert [p.range for p in reader.partitions(end, nxt)] == [OffsetRange("lat", 0, 0, 30)]
+    assert [r for p in reader.partitions(end, nxt) for r in p.ranges] == [OffsetRange("lat", 0, 0, 30)]
 
 
 def test_initial_offset_records_the_ids():
@@ -313,7 +313,8 @@ def test_topic_ids_retry_transient_errors_and_give_up_quietly_on_refusals(caplog
 
 
 def test_admin_client_gets_no_consumer_only_settings(monkeypatch):
-    import sources.resolver as rs
+    """One admin client serves the topic ids and the offset look-ups (KafkaMetadata's)."""
+    import connectors.kafka_client as kc
 
     seen: list[dict] = []
 
@@ -322,15 +323,17 @@ def test_admin_client_gets_no_consumer_only_settings(monkeypatch):
             seen.append(conf)
             super().__init__([{"lat": _Done(_Described(_Uuid(1, 2, OLD)))}])
 
-    monkeypatch.setattr(rs, "AdminClient", Recording)
+    monkeypatch.setattr(kc, "AdminClient", Recording)
     resolver = _id_resolver(None, **{"kafka.isolation.level": "read_committed",
                                      "kafka.fetch.wait.max.ms": "20",
                                      "kafka.security.protocol": "PLAINTEXT"})
+    resolver.metadata = kc.KafkaMetadata(resolver.options.kafka_conf)
     resolver._admin = None
     assert resolver.topic_ids(["lat"]) == {"lat": OLD}
     (conf,) = seen
     assert conf["bootstrap.servers"] == "nowhere:9092" and conf["security.protocol"] == "PLAINTEXT"
     assert not {"group.id", "isolation.level", "fetch.wait.max.ms"} & set(conf)
+    assert resolver.metadata.admin() is resolver._admin
 
 
 def test_checkpoint_inspection_reads_offsets_with_ids():

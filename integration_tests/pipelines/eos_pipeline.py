@@ -4,8 +4,8 @@ checkpoint.
 
     python -m integration_tests.pipelines.eos_pipeline --bootstrap B --topic T --checkpoint C \\
         (--table PATH | --out-topic TOPIC | --pg-table NAME) [--mode drain|continuous] \\
-        [--master local[2,4]] [--guarantee G] [--sink-option KEY=VALUE ...] [--no-daemon] \\
-        [--changes]
+        [--master local[2,4]] [--guarantee G] [--sink-option KEY=VALUE ...] \\
+        [--source-option KEY=VALUE ...] [--no-daemon] [--changes]
 
 `--changes`: the topic holds JSON change events `{"id", "seq", "op", "v"}` and the table sinks
 get those four columns (for delta-eos's upsert mode: its options come as --sink-option
@@ -44,6 +44,9 @@ ap.add_argument("--commit-timeout", default="60s",
 ap.add_argument("--transactional-id-prefix", default=None)
 ap.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                 help="an extra option of the sink (repeatable)")
+ap.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                help="an extra option of the kafka-eos source (repeatable), e.g. "
+                     "targetTasksPerBatch=2 for packed tasks")
 ap.add_argument("--changes", action="store_true",
                 help="rows are the JSON change events {id, seq, op, v} of the topic's values")
 ap.add_argument("--no-daemon", action="store_true",
@@ -75,6 +78,7 @@ events = (
     .option("startingOffsets", "earliest")
     .option("maxOffsetsPerTrigger", args.max_per_trigger)
     .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
+    .options(**dict(item.partition("=")[::2] for item in args.source_option))
     .load()
 )
 # The table sinks get one row per record, with its source position for the oracles; or, with
