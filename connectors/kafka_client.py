@@ -218,10 +218,18 @@ def _refusal(error: KafkaError) -> bool:
     return error.code() == KafkaError._TRANSPORT and "security.protocol" in error.str()
 
 
+#: Configurations this process has reached the cluster with: a later silence is the cluster's
+#: (restarting, cut off), worth waiting for. A configuration that never got an answer fails
+#: the query at its start instead: the wrong protocol for a listener often shows as nothing but
+#: silence (a plaintext client at a TLS port, under load, before librdkafka names the cause).
+_REACHED: set[tuple] = set()
+
+
 def _connected_consumer(conf: Mapping[str, str], timeout_s: float) -> Consumer:
     """A consumer whose first metadata round trip succeeded. Wrong credentials, an untrusted
     certificate or the wrong protocol raise ClusterConnectionError within a second or two
     (librdkafka would otherwise retry them quietly until every look-up times out)."""
+    key = tuple(sorted(conf.items()))
     errors: list[KafkaError] = []
     settings: dict[str, Any] = consumer_conf(conf)
     settings["error_cb"] = errors.append
@@ -231,6 +239,7 @@ def _connected_consumer(conf: Mapping[str, str], timeout_s: float) -> Consumer:
     while True:
         try:
             consumer.list_topics(timeout=0.5)
+            _REACHED.add(key)
             return consumer
         except KafkaException as e:
             consumer.poll(0.1)  # serves error_cb
@@ -242,7 +251,7 @@ def _connected_consumer(conf: Mapping[str, str], timeout_s: float) -> Consumer:
                 raise ClusterConnectionError(
                     f"cannot use the Kafka cluster at {conf.get('bootstrap.servers')} "
                     f"({protocol_of(conf)}): {text}. {connection_hint(conf, text)}",
-                    refused=bool(refused)) from None
+                    refused=bool(refused) or key not in _REACHED) from None
 
 
 _CHECKED: set[tuple] = set()

@@ -6,9 +6,13 @@ outputs. Shared by test_cluster_faults.py and test_network_partitions.py."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import re
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
@@ -17,7 +21,7 @@ from connectors.testing.kafka_oracle import committed
 from integration_tests.delta_oracle import assert_records_once, table_records
 from integration_tests.kafka_cluster import KafkaCluster
 from integration_tests.kafka_data import Record
-from integration_tests.processes import log_tail, start_pipeline
+from integration_tests.processes import kill_group, log_tail, start_pipeline
 from integration_tests.streaming import wait_for
 
 PIPELINE = "integration_tests.pipelines.eos_pipeline"
@@ -68,6 +72,10 @@ class SteadyProducer:
                 i += 1
             self._producer.poll(0)
             self._stop.wait(0.1)
+
+    def halt(self) -> None:
+        """Stop producing without waiting for anything (clean-up after a failure)."""
+        self._stop.set()
 
     def stop(self) -> list[Record]:
         """Stop producing; the input topic's records as the broker holds them. A delivery
@@ -165,12 +173,15 @@ def stalls(query: Query, restarts: list[Restart], until: float) -> list[float]:
 
 
 def start_queries(bootstrap: str, tmp_path, topic: str, out_topic: str, prefix: str,
-                  extra: tuple[str, ...] = ()) -> tuple[Query, Query]:
+                  extra: tuple[str, ...] = (), kafka_sink: tuple[str, ...] = ()
+                  ) -> tuple[Query, Query]:
+    """`extra`: arguments of both pipelines; `kafka_sink`: of the Kafka one only (its sink's
+    options: the Delta sink refuses options it does not know)."""
     common = ("--bootstrap", bootstrap, "--topic", topic, "--mode", "continuous",
               "--max-per-trigger", "1000", "--poll-timeout-ms", "120000", "--commit-timeout", "",
               *extra)
     kafka_q = Query("kafka-eos -> kafka-eos", str(tmp_path / "ck-kafka"), str(tmp_path / "kafka.log"),
-                    (*common, "--out-topic", out_topic, "--transactional-id-prefix", prefix))
+                    (*common, "--out-topic", out_topic, "--transactional-id-prefix", prefix, *kafka_sink))
     delta_q = Query("kafka-eos -> delta-eos", str(tmp_path / "ck-delta"), str(tmp_path / "delta.log"),
                     (*common, "--table", str(tmp_path / "table")))
     for q in (kafka_q, delta_q):
@@ -179,10 +190,14 @@ def start_queries(bootstrap: str, tmp_path, topic: str, out_topic: str, prefix: 
 
 
 def last_error(log: str) -> str:
-    """The last line of a pipeline's log that names an exception (what stopped it)."""
+    """What stopped a pipeline: the last exception a Python traceback in its log ends with
+    (`module.Class: message`), not the Spark exceptions wrapped around it."""
+    pattern = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Lost|Exhausted)): ")
+    wrappers = ("pyspark.", "org.apache.spark.", "py4j.")
     with open(log, errors="replace") as f:
-        lines = [line.strip() for line in f if "Exception" in line or "Error" in line]
-    return lines[-1][:400] if lines else "no exception in the log"
+        lines = [line.strip() for line in f]
+    causes = [line for line in lines if pattern.match(line) and not line.startswith(wrappers)]
+    return causes[-1][:400] if causes else "no exception in the log"
 
 
 def wait_for_commits(queries: tuple[Query, ...], since: float, timeout_s: float, what: str) -> None:
@@ -225,3 +240,51 @@ def task_retries(log: str) -> int:
 
 def report(title: str, lines: list[str]) -> None:
     print(f"\n== {title}\n" + "\n".join(lines))
+
+
+@dataclass
+class Run:
+    """Input arriving and both queries running on one scenario's topics (`pipelines()`)."""
+
+    bootstrap: str
+    tmp_path: object
+    topic: str
+    out_topic: str
+    prefix: str
+    producer: SteadyProducer
+    queries: tuple[Query, Query]
+    #: When the outputs were found complete (the end of the last stall window).
+    until: float = 0.0
+
+    @property
+    def sink_ids(self) -> list[str]:
+        """The Kafka sink's transactional ids of attempt 0, one per Spark partition."""
+        return [f"{self.prefix}-{p}-0" for p in range(PARTITIONS)]
+
+    def end_exactly_once(self, *, restart_failed: bool = False) -> list[Record]:
+        """Stop the input, wait for both outputs to hold it, and check they hold it once
+        each; `restart_failed`: start a query that stopped again first (else it fails)."""
+        expected = self.producer.stop()
+        if restart_failed:
+            for q in self.queries:
+                q.restart_if_failed()
+        assert_exactly_once(self.bootstrap, self.tmp_path, self.out_topic, expected, self.queries)
+        self.until = time.time()
+        return expected
+
+
+@contextlib.contextmanager
+def pipelines(cluster: KafkaCluster, tmp_path, scenario: str,
+              kafka_sink: tuple[str, ...] = ()) -> Iterator[Run]:
+    """Fresh topics, a producer and both queries for one scenario; stopped (the pipelines
+    killed whole) on the way out, whatever happened."""
+    topic, out_topic, prefix = topics_for(cluster, scenario)
+    producer = SteadyProducer(cluster.bootstrap_servers, topic)
+    queries = start_queries(cluster.bootstrap_servers, tmp_path, topic, out_topic, prefix,
+                            kafka_sink=kafka_sink)
+    try:
+        yield Run(cluster.bootstrap_servers, tmp_path, topic, out_topic, prefix, producer, queries)
+    finally:
+        producer.halt()
+        for q in queries:
+            kill_group(q.proc)

@@ -53,6 +53,7 @@ from connectors.testing.apache_kafka import (
     _die_with_parent,
     _properties_text,
     free_port,
+    java_command,
     kafka_jars,
 )
 
@@ -309,13 +310,7 @@ class ClusterNode:
 
     def java(self, main: str, *args: str) -> list[str]:
         """The JVM command (without the launcher) running `main` of this node's generation."""
-        lib = kafka_jars(self.generation)
-        if self.generation.major >= 4:
-            logging_opt = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
-        else:
-            logging_opt = f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}"
-        return ["java", "-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                "-Djava.awt.headless=true", logging_opt, "-cp", f"{lib}/*", main, *args]
+        return java_command(self.generation, self.workdir, main, *args, heap=("128m", "512m"))
 
     def write_config(self, props: dict[str, str]) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -22,12 +22,26 @@ from sinks.txn_log import LOG_DIR, TransactionLog
 IDENTITY_FILE = "identity.json"
 
 
+def _retried(fs: pafs.FileSystem, what: str, fn):
+    """Object storage: retried while it fails transiently (connectors.storage)."""
+    if fs.type_name == "local":
+        return fn()
+    import logging
+
+    from connectors.storage import with_storage_retries
+
+    return with_storage_retries(fn, f"checkpoint: {what}", log=logging.getLogger("kafka_eos.sink"))
+
+
 def _read(fs: pafs.FileSystem, path: str) -> bytes | None:
-    try:
-        with fs.open_input_stream(path) as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+    def read() -> bytes | None:
+        try:
+            with fs.open_input_stream(path) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    return _retried(fs, f"reading {path}", read)
 
 
 def query_id(checkpoint_location: str) -> str | None:
@@ -42,7 +56,8 @@ def last_committed_batch(checkpoint_location: str) -> int:
     import pyarrow.fs as pafs
 
     loc = resolve("checkpointLocation", checkpoint_location)
-    infos = loc.fs.get_file_info(pafs.FileSelector(f"{loc.path}/commits", allow_not_found=True))
+    selector = pafs.FileSelector(f"{loc.path}/commits", allow_not_found=True)
+    infos = _retried(loc.fs, f"listing {selector.base_dir}", lambda: loc.fs.get_file_info(selector))
     return max((int(i.base_name) for i in infos if i.base_name.isdigit()), default=-1)
 
 

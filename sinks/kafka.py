@@ -44,7 +44,6 @@ from connectors.kafka_client import (
 )
 from sinks.kafka_commit import (
     ABORTED,
-    ClusterUnreachable,
     COMMITTED,
     OPEN,
     OutcomeUnreadable,
@@ -598,11 +597,10 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         if not self._exactly_once:
             check_connection(self.options.kafka_conf)  # the tasks' producers' settings
             return
-        # the commit client's TLS and SASL: a refusal fails the query now, naming the option;
-        # a cluster that does not answer (restarting, cut off) is waited for
-        self.options.retry.call(f"connecting to {self.options.bootstrap_servers}",
-                                lambda: check_cluster(self.options.kafka_conf),
-                                transient=_unanswered)
+        # the commit client's TLS and SASL: a refusal, or a cluster that never answered this
+        # process (often the wrong protocol), fails the query now, naming the option; once it
+        # passed, the check is not made again, and a silent cluster is the commit's to wait for
+        check_cluster(self.options.kafka_conf)
         self.transaction_timeout_ms = _resolve_transaction_timeout(self.options.kafka_conf)
         self._check_transactional_id_acl()
         self.scan_from = {}
@@ -964,11 +962,6 @@ def _plainly_transient(exc: BaseException) -> bool:
     """A commit-client error to retry as it is: not a connection the broker closed after the
     request went out (the embedded broker's way of refusing; _settle asks the output)."""
     return isinstance(exc, TransientTxnError) and not exc.closed_by_broker
-
-
-def _unanswered(exc: BaseException) -> bool:
-    """A cluster that never answered the connection check (as opposed to TLS or SASL)."""
-    return isinstance(exc, (ClusterUnreachable, TransientTxnError))
 
 
 def _partitions_written(stats: dict) -> list[list]:

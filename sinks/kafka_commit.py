@@ -216,11 +216,6 @@ class ClusterRefused(TxnRequestError):
     message names the options to fix and never their values."""
 
 
-class ClusterUnreachable(ClusterRefused):
-    """No broker of the cluster answered within the check's time: worth waiting for (a
-    cluster restarting, a network cut), unlike a TLS or SASL refusal."""
-
-
 class CommitClient:
     """kafka-python's client and connection layer, configured from the sink's `kafka.*`
     options: the same TLS and SASL as the tasks' producers. One per configuration and
@@ -397,8 +392,7 @@ def check_cluster(cluster: Cluster, timeout_s: float = 10.0) -> None:
             return
         except TransientTxnError as e:
             if time.monotonic() > deadline:
-                refused = client._refused(e, client.conf["bootstrap.servers"])
-                raise ClusterUnreachable(str(refused), refused.code) from None
+                raise client._refused(e, client.conf["bootstrap.servers"]) from None
             time.sleep(0.2)
 
 

@@ -16,11 +16,19 @@ rename, but a PUT is atomic, so there it is written in place. Decisions carry th
 id in the name: a second driver deciding the same batch is detected, never silently merged.
 Garbage collection removes `done` last, so a crash inside it never leaves a decided batch
 looking pending.
+
+On a store other than the local disk every read, listing, delete and object write is retried
+while it fails transiently (a 5xx or SlowDown, a reset connection, a timeout), for up to
+connectors.storage.STORAGE_RETRY_TIMEOUT_S: each is idempotent (a record's content is fixed by
+its name), so a retry of one that landed unseen writes the same record again. Without it, one
+request that pyarrow's client gave up on failed the batch, or the next one's planning
+(integration_tests/test_storage_faults.py).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import uuid
@@ -28,11 +36,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from connectors.paths import resolve
+from connectors.storage import with_storage_retries
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 LOG_DIR = "eos-sink"
+_log = logging.getLogger("kafka_eos.sink")
 #: pyarrow filesystems with no atomic rename, where a record is written in place.
 OBJECT_STORES = ("s3", "gcs", "abfs")
 _PREPARED = re.compile(r"^prepared-(\d+)-(\d+)-\w+\.json$")
@@ -79,6 +89,13 @@ class TransactionLog:
         self.fs = filesystem
         self.root = f"{path.rstrip('/')}/{LOG_DIR}"
         self.location = checkpoint_location
+        #: Local disks fail for good (a full disk, a permission): nothing to retry there.
+        self._remote = getattr(filesystem, "base_fs", filesystem).type_name != "local"
+
+    def _retried(self, what: str, fn):
+        if not self._remote:
+            return fn()
+        return with_storage_retries(fn, f"transaction log: {what}", log=_log)
 
     # -- paths and raw I/O ----------------------------------------------------------------------
 
@@ -94,10 +111,16 @@ class TransactionLog:
         if self.fs.type_name in OBJECT_STORES:
             # No rename there (pyarrow's move is copy + delete), but a PUT is atomic; and no
             # directories to create (a marker object would be a round trip).
-            if exclusive and self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+            if exclusive and self._retried(
+                f"looking for {path}", lambda: self.fs.get_file_info(path).type
+            ) != pafs.FileType.NotFound:
                 raise FileExistsError(path)
-            with self.fs.open_output_stream(path) as out:
-                out.write(payload)
+
+            def put() -> None:
+                with self.fs.open_output_stream(path) as out:
+                    out.write(payload)
+
+            self._retried(f"writing {path}", put)  # a PUT that landed unseen: the same again
             return
         self.fs.create_dir(parent, recursive=True)
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
@@ -118,14 +141,26 @@ class TransactionLog:
         self.fs.move(tmp, path)
 
     def _read_json(self, path: str) -> Any:
-        with self.fs.open_input_stream(path) as f:
-            return json.loads(f.read().decode("utf-8"))
+        def read() -> bytes:
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+
+        return json.loads(self._retried(f"reading {path}", read).decode("utf-8"))
 
     def _names(self, directory: str) -> list[str]:
         import pyarrow.fs as pafs
 
-        infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        infos = self._retried(
+            f"listing {directory}",
+            lambda: self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True)),
+        )
         return [info.base_name for info in infos]
+
+    def _delete_file(self, path: str) -> None:
+        try:
+            self._retried(f"deleting {path}", lambda: self.fs.delete_file(path))
+        except FileNotFoundError:
+            pass
 
     # -- task side ------------------------------------------------------------------------------
 
@@ -219,12 +254,9 @@ class TransactionLog:
         last = [n for n in ("done",) if n in names]
         decisions = [n for n in names if _DECISION.match(n)]
         for name in [n for n in names if n not in last and n not in decisions] + decisions + last:
-            try:
-                self.fs.delete_file(f"{directory}/{name}")
-            except FileNotFoundError:
-                pass
+            self._delete_file(f"{directory}/{name}")
         try:
-            self.fs.delete_dir(directory)
+            self._retried(f"deleting {directory}", lambda: self.fs.delete_dir(directory))
         except FileNotFoundError:
             pass
 

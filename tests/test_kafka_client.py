@@ -182,3 +182,21 @@ def test_broker_max_transaction_timeout(monkeypatch, answers, expected):
 
     monkeypatch.setattr(kafka_client, "AdminClient", _fake_admin(answers))
     assert kafka_client.broker_max_transaction_timeout_ms({"bootstrap.servers": "b:1"}) == expected
+
+
+def test_silence_fails_a_configuration_never_answered_and_is_waited_for_once_it_was(monkeypatch):
+    """A query's first connection that gets no answer fails at once (the wrong protocol for a
+    listener often looks like silence); once the configuration reached the cluster in this
+    process, silence is a broker restarting or a network cut, retried under kafkaRetryTimeout.
+    (Treating every silence as transient made the secured-refusal tests' queries wait.)"""
+    import connectors.kafka_client as kc
+
+    conf = {"bootstrap.servers": "127.0.0.1:1"}
+    monkeypatch.setattr(kc, "_REACHED", set())
+    with pytest.raises(ClusterConnectionError) as first:
+        kc._connected_consumer(conf, timeout_s=1)
+    assert not is_transient(first.value)
+    kc._REACHED.add(tuple(sorted(conf.items())))
+    with pytest.raises(ClusterConnectionError) as later:
+        kc._connected_consumer(conf, timeout_s=1)
+    assert is_transient(later.value)

@@ -296,6 +296,21 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def java_command(generation: Generation, workdir: Path, main: str, *args: str,
+                 heap: tuple[str, str] = ("256m", "768m"),
+                 jvm_options: tuple[str, ...] = ()) -> list[str]:
+    """The JVM command running `main` of `generation`'s jars, logging as the log4j files in
+    `workdir` say (log4j2 from 4.x, log4j 1 before)."""
+    lib = kafka_jars(generation)
+    if generation.major >= 4:
+        logging_opt = f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}"
+    else:
+        logging_opt = f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}"
+    return ["java", f"-Xms{heap[0]}", f"-Xmx{heap[1]}", "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true", logging_opt, *jvm_options,
+            "-cp", f"{lib}/*", main, *args]
+
+
 @dataclass
 class ApacheKafka:
     """A single-node Apache Kafka the caller started (`apache_kafka()`)."""
@@ -328,14 +343,8 @@ class ApacheKafka:
             return ""
 
     def _java(self, main: str, *args: str) -> list[str]:
-        lib = kafka_jars(self.generation)
-        if self.generation.major >= 4:
-            logging_opt = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
-        else:
-            logging_opt = f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}"
-        return ["java", "-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                "-Djava.awt.headless=true", logging_opt, *self.jvm_options,
-                "-cp", f"{lib}/*", main, *args]
+        return java_command(self.generation, self.workdir, main, *args,
+                            jvm_options=self.jvm_options)
 
     def format(self, overrides: dict[str, str] | None = None) -> None:
         props = server_properties(self.generation, self.ports, str(self.workdir / "data"),

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from connectors.options import OptionError
 from connectors.paths import resolve
+from connectors.storage import with_storage_retries
 from sinks.checkpoint import last_committed_batch
 from sinks.delta import protocol_checks
 from sinks.delta.file_stats import file_stats
@@ -111,6 +112,15 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
 
     # -- helpers ----------------------------------------------------------------------------
 
+    def _retried(self, what: str, fn):
+        """The driver's reads of the table and its sweeps, retried while object storage
+        fails transiently (connectors.storage.with_storage_retries); a local table's errors
+        are not transient. Not inside commit(): the template retries the whole commit within
+        commitTimeout."""
+        if self.options.path.startswith("/"):  # normalised: local paths are absolute
+            return fn()
+        return with_storage_retries(fn, f"{self.describe()}: {what}", log=log)
+
     def _fs(self) -> tuple[pafs.FileSystem, str]:
         loc = resolve("path", self.options.path, self.options.storage_options)
         return loc.fs, loc.path
@@ -151,7 +161,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         return table
 
     def open(self) -> None:
-        """At each batch's planning: the table, if it exists, must accept this stream."""
+        """At each batch's planning: the table, if it exists, must accept this stream. Its
+        reads are retried while the store fails transiently: a storage hiccup at planning
+        failed the query otherwise (QueryStartFailed)."""
+        self._retried("reading the table before the batch", self._open)
+
+    def _open(self) -> None:
         table = self._table()
         self._check_same_table(table)
         #: A batch job's commit is looked for in the versions after this one (isCommitted).
@@ -399,6 +414,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
     # -- driver side ------------------------------------------------------------------------
 
     def isCommitted(self, batchId: int) -> bool | None:
+        return self._retried(f"reading whether batch {batchId} is in the table",
+                             lambda: self._is_committed(batchId))
+
+    def _is_committed(self, batchId: int) -> bool | None:
         table = self._table()
         if table is None:
             return False
@@ -429,9 +448,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         self.abort(handles)
         fs, root = self._fs()
         prefix = f"part-eos-{self.options.file_tag}-"
-        for info in _data_files(fs, root):
+        for info in self._retried("listing the table's files", lambda: list(_data_files(fs, root))):
             if info.base_name.startswith(prefix):
-                _delete(fs, info.path)
+                self._delete(fs, info.path)
 
     def cleanupAbandoned(self) -> None:
         """Delete this sink's data files that no readable version of the table references and
@@ -441,31 +460,36 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         last = _LAST_CLEANUP.get(self.options.path)
         if last is not None and now_ms - last < self.options.orphan_retention_ms / 2:
             return  # orphans are invisible to readers: a clean-up per half retention is enough
-        _LAST_CLEANUP[self.options.path] = now_ms
         fs, root = self._fs()
         prefix = f"part-eos-{self.options.file_tag}-"
         candidates = [
-            info for info in _data_files(fs, root)
+            info for info in self._retried("listing the table's files for orphans",
+                                           lambda: list(_data_files(fs, root)))
             if info.base_name.startswith(prefix)
             and now_ms - _mtime_ms(info, now_ms) >= self.options.orphan_retention_ms
         ]
-        if not candidates:
-            return
-        from sinks.delta.referenced_files import referenced_files
+        if candidates:
+            from sinks.delta.referenced_files import referenced_files
 
-        table = self._table()
-        referenced = set() if table is None else referenced_files(table, fs, root)
-        for info in candidates:
-            relative = info.path[len(root):].lstrip("/")
-            if relative not in referenced:
-                log.info("%s: removing orphan file %s", self.describe(), info.path)
-                _delete(fs, info.path)
+            def referenced_now() -> set[str]:
+                table = self._table()
+                return set() if table is None else referenced_files(table, fs, root)
+
+            referenced = self._retried("reading the files the table references", referenced_now)
+            for info in candidates:
+                relative = info.path[len(root):].lstrip("/")
+                if relative not in referenced:
+                    log.info("%s: removing orphan file %s", self.describe(), info.path)
+                    self._delete(fs, info.path)
+        # Only once the sweep is through: one that failed is not skipped for half a retention.
+        _LAST_CLEANUP[self.options.path] = now_ms
 
     def recoverAndCommit(self, batchId: int, handles: dict[int, Handle]) -> None:
         """A decided batch committed after a restart: its files may have gone while the query
         was down (a VACUUM removes unreferenced files). Adding actions for missing files would
-        commit a batch nobody can read and make the replay skip it; it is lost instead."""
-        if self.isCommitted(batchId):
+        commit a batch nobody can read and make the replay skip it; it is lost instead.
+        (Called inside the template's commit retries: no retries of its own.)"""
+        if self._is_committed(batchId):
             return
         fs, root = self._fs()
         paths = [f"{root}/{a['file']}" for h in handles.values() for a in h["adds"]]
@@ -490,7 +514,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
 
         exactly_once = self.settings.guarantee == EXACTLY_ONCE
         job = self.settings.job_id
-        if exactly_once and self.isCommitted(batchId):
+        if exactly_once and self._is_committed(batchId):
             return  # a retry after an ambiguous failure, or a recovery: already in
         adds = [
             AddAction(
@@ -560,7 +584,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         fs, root = self._fs()
         for h in handles:
             for a in h.get("adds", []):
-                _delete(fs, f"{root}/{a['file']}")
+                self._delete(fs, f"{root}/{a['file']}")
+
+    def _delete(self, fs: pafs.FileSystem, path: str) -> None:
+        """A driver-side delete, retried while the store fails transiently. (A failed task's
+        own clean-up, abortTransaction, is not: what it leaves is an orphan the sweep removes,
+        and a task must not hold up Spark's retry of it.)"""
+        self._retried(f"deleting {path}", lambda: _delete(fs, path))
 
 
 #: The table each process loaded, per location, appId and storage options, with the mark of

@@ -173,12 +173,13 @@ class DeltaUpsertSink(DeltaSink):
 
     # -- driver side, before the tasks ------------------------------------------------------
 
-    def open(self) -> None:
+    def _open(self) -> None:
         """The append mode's checks, and what a MERGE needs of an existing table: it takes
         updates and deletes (not delta.appendOnly), and it has the key and sequence columns
         to match and compare. Expired tombstones are cleaned up here, at most once per tenth
-        of the retention per process."""
-        super().open()
+        of the retention per process. (DeltaSink.open retries it all while the store fails
+        transiently.)"""
+        super()._open()
         table = self._table()
         if table is not None:
             config = {k.lower(): v for k, v in table.metadata().configuration.items()}
@@ -387,8 +388,9 @@ class DeltaUpsertSink(DeltaSink):
 
     def recoverAndCommit(self, batchId: int, handles: dict[int, Handle]) -> None:
         """A decided batch after a restart: committed unless its txn version is in; lost (the
-        replay writes it again) if a staged file went missing while the query was down."""
-        if self.isCommitted(batchId):
+        replay writes it again) if a staged file went missing while the query was down.
+        (Called inside the template's commit retries: no retries of its own.)"""
+        if self._is_committed(batchId):
             self.abort(list(handles.values()))
             return
         fs, root = self._fs()
@@ -407,7 +409,7 @@ class DeltaUpsertSink(DeltaSink):
         fs, root = self._fs()
         for h in handles:
             for s in h.get("staged", []):
-                _delete(fs, f"{root}/{s['file']}")
+                self._delete(fs, f"{root}/{s['file']}")
 
     def cleanupAbandoned(self) -> None:
         """Staged files that no batch will commit: written by tasks killed before their handle
@@ -422,21 +424,25 @@ class DeltaUpsertSink(DeltaSink):
         retention = self.options.orphan_retention_ms
         if last is not None and now_ms - last < retention / 2:
             return
-        _LAST_STAGING_SWEEP[key] = now_ms
         fs, root = self._fs()
         selector = pafs.FileSelector(f"{root}/{self._staging_dir()}", allow_not_found=True)
-        files = [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
-        if not files:
-            return
-        table = self._table()
-        version = None if table is None else table.transaction_version(self.options.app_id)
-        for info in files:
-            age = now_ms - (info.mtime_ns / 1e6 if info.mtime_ns is not None else now_ms)
-            batch = _staged_batch(info.base_name)
-            committed = version is not None and batch is not None and batch <= version
-            if committed or age >= retention:
-                log.info("%s: removing abandoned staged file %s", self.describe(), info.path)
-                _delete(fs, info.path)
+        files = [i for i in self._retried("listing the staged files", lambda: fs.get_file_info(selector))
+                 if i.type == pafs.FileType.File]
+        if files:
+            def committed_version() -> int | None:
+                table = self._table()
+                return None if table is None else table.transaction_version(self.options.app_id)
+
+            version = self._retried("reading the table's last batch", committed_version)
+            for info in files:
+                age = now_ms - (info.mtime_ns / 1e6 if info.mtime_ns is not None else now_ms)
+                batch = _staged_batch(info.base_name)
+                committed = version is not None and batch is not None and batch <= version
+                if committed or age >= retention:
+                    log.info("%s: removing abandoned staged file %s", self.describe(), info.path)
+                    self._delete(fs, info.path)
+        # Only once the sweep is through: one that failed is not skipped for half a retention.
+        _LAST_STAGING_SWEEP[key] = now_ms
 
 
 def _staged_batch(name: str) -> int | None:
