@@ -136,6 +136,8 @@ def test_not_enough_replicas_for_part_of_a_job_lets_none_of_it_commit(cluster: K
 
     tag = uuid.uuid4().hex[:8]
     healthy, starved = f"isr-ok-{tag}", f"isr-starved-{tag}"
+    # the module's cluster whole again after the tests before (two nodes were down)
+    cluster.wait_healthy(timeout_s=180)
     cluster.create_topic(healthy, 2)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     for future in admin.create_topics([NewTopic(starved, num_partitions=2, replica_assignment=[[1, 2], [1, 2]],
