@@ -18,6 +18,7 @@ import json
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,8 @@ BATCH_PREFIX = "kafka-eos-batch"
 #: A failed batch job's ids are fenced for attempts 0..this-1 of every partition (Spark's
 #: default spark.task.maxFailures), and for any higher attempt its messages show.
 BATCH_ABORT_ATTEMPTS = 4
+#: abortJob fences this many ids at once (each is two small requests on the shared commit client).
+_FENCE_THREADS = 8
 _TEXT_OR_BYTES = (StringType, BinaryType)
 
 
@@ -916,10 +919,14 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             if "transactional_id" in h
         ])
         timeout_ms = self.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
-        for partition in range(partitions):
-            for attempt in range(attempts + 1):
-                self._fence(transactional_id(self.options.prefix, partition, attempt),
-                            timeout_ms)
+        tids = [transactional_id(self.options.prefix, partition, attempt)
+                for partition in range(partitions) for attempt in range(attempts + 1)]
+        # Concurrently: a fence waits out CONCURRENT_TRANSACTIONS while the coordinator cannot
+        # write its abort markers (e.g. NOT_ENOUGH_REPLICAS), up to its deadline; one after
+        # another, a job's ids would hold the failed query that long each.
+        with ThreadPoolExecutor(max_workers=_FENCE_THREADS,
+                                thread_name_prefix="kafka-eos-fence") as pool:
+            list(pool.map(lambda tid: self._fence(tid, timeout_ms), tids))
 
     def _fence(self, tid: str, timeout_ms: int) -> bool:
         """InitProducerId for `tid`; False (logged) when the cluster cannot do it now."""

@@ -604,7 +604,22 @@ def test_a_failed_batch_job_fences_every_id_its_tasks_may_have_used(coordinator,
     reported = {**HANDLE, "transactional_id": f"{p}-1-5"}  # a sixth attempt succeeded
     sink.abortJob([reported], partitions=2)
     assert [(t, c) for t, c in coordinator["ended"]] == [(ksink._prepared(reported), False)]
-    assert fenced == [f"{p}-{part}-{a}" for part in range(2) for a in range(6)]
+    assert sorted(fenced) == sorted(f"{p}-{part}-{a}" for part in range(2) for a in range(6))
+
+
+def test_a_failed_batch_job_fences_its_ids_concurrently(coordinator, monkeypatch):
+    """A fence can wait out its whole deadline (abort markers that cannot be written under
+    NOT_ENOUGH_REPLICAS): one after another, a job's ids would each hold the query that long."""
+    import threading
+
+    together = threading.Barrier(ksink._FENCE_THREADS, timeout=10)
+    monkeypatch.setattr(ksink, "fence_transactional_id",
+                        lambda conf, tid, timeout_ms: together.wait())
+    sink = ksink.kafka_batch_writer({"kafka.bootstrap.servers": "b:9092", "topic": "out"},
+                                    SCHEMA, False).sink
+    # as many ids as fencing threads, so that all of them must wait at once
+    sink.abortJob([], partitions=ksink._FENCE_THREADS // ksink.BATCH_ABORT_ATTEMPTS)
+    assert together.n_waiting == 0 and not together.broken
 
 
 def test_a_null_topic_without_the_topic_option_fails_the_task_as_in_spark(tmp_path):
