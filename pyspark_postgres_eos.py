@@ -4,6 +4,6 @@ from connectors import pyspark_version
 
 pyspark_version.require()  # before any PySpark API: an old PySpark gets the versions needed
 
-from sinks.postgres_data_source import PostgresEosDataSource as DefaultSource
+from sinks.postgres.data_source import PostgresEosDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -15,7 +15,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from connectors.testing.kafka_oracle import committed, read_partition
 from integration_tests.kafka_data import create_topic, unique_topic
 from sinks.delta import DeltaEosDataSource
-from sinks.kafka import kafka_batch_writer
+from sinks.kafka_data_source import KafkaSinkDataSource
 from sinks.two_phase_commit import JOB_BATCH_ID, PreparedPartition, TaskInfo
 
 ROWS = 4000
@@ -163,8 +163,8 @@ def _prepare_unreported(writer, partition: int, start: int) -> None:
 def test_a_failed_kafka_job_aborts_transactions_spark_never_reported(bootstrap):
     topic = unique_topic("kbunrep")
     create_topic(bootstrap, topic, 2)
-    writer = kafka_batch_writer(
-        {"kafka.bootstrap.servers": bootstrap, "topic": topic}, SCHEMA, False)
+    writer = KafkaSinkDataSource(
+        {"kafka.bootstrap.servers": bootstrap, "topic": topic}).writer(SCHEMA, False)
     writer.prepare_for_tasks()
     _prepare_unreported(writer, 2, 0)
     # a task that begins only after the first clean-up pass: the second one finds it

@@ -25,7 +25,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 from confluent_kafka import KafkaError, KafkaException, Producer
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -70,7 +69,6 @@ from sinks.two_phase_commit import (
     TaskInfo,
     TransactionLost,
     TwoPhaseCommitSink,
-    reject_unknown_options,
 )
 from sinks.txn_log import Handle, TransactionLog
 
@@ -990,36 +988,3 @@ def _scan_starts(h: Handle) -> dict[tuple[str, int], int | None]:
     starts = {(t, int(p)): int(o) for t, p, o in h.get("scan_from", [])}
     return {(t, int(p)): starts.get((t, int(p))) for t, p in h.get("partitions", [])}
 
-
-def kafka_batch_writer(
-    raw_options: dict[str, str], schema: StructType, overwrite: bool
-) -> DataSourceArrowWriter:
-    """The writer behind `df.write.format("kafka-eos").mode("append").save()`: the same
-    protocol with the job in place of the micro-batch (sinks/two_phase_commit.py)."""
-    if overwrite:
-        raise OptionError(
-            "mode", "kafka-eos batch writes append to the topic: mode 'overwrite' is refused; "
-            'use .mode("append")',
-        )
-    opts = Options(raw_options)
-    reject_unknown_options(opts, OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME,
-                           batch=True)
-    settings = SinkSettings.for_batch_job(FORMAT_NAME, opts)
-    options = KafkaSinkOptions.parse(opts, settings, schema)
-    settings = commit_budget(settings, opts, options.retry)
-    return KafkaSink(settings, options).batchWriter()
-
-
-def kafka_stream_writer(
-    raw_options: dict[str, str], schema: StructType, overwrite: bool
-) -> DataSourceStreamWriter:
-    """The writer behind `writeStream.format("kafka-eos")` (the format's DataSource, which it
-    shares with the source, lives in connectors/formats.py)."""
-    if overwrite:
-        raise OptionError("outputMode", "kafka-eos supports the append output mode only")
-    opts = Options(raw_options)
-    reject_unknown_options(opts, OPTIONS, prefixes=OPTION_PREFIXES, format_name=FORMAT_NAME)
-    settings = SinkSettings.from_options(FORMAT_NAME, opts)
-    options = KafkaSinkOptions.parse(opts, settings, schema)
-    settings = commit_budget(settings, opts, options.retry)
-    return KafkaSink(settings, options).streamWriter()

@@ -113,27 +113,21 @@ BATCH_SETTINGS_OPTIONS = ("deliveryGuarantee", "commitTimeout", "commitRetries")
 BATCH_SPARK_OPTIONS = ("path",)
 
 
-#: The page listing every option of each sink built on the template (named in the message for
-#: an unknown option). A user's own sink gets no page.
-SINK_DOCS = {"delta-eos": "docs/delta-sink.md#options", "kafka-eos": "docs/kafka-sink.md#options",
-             "postgres-eos": "docs/postgres-sink.md#options"}
-
-
 def reject_unknown_options(
     opts: Options, known: tuple[str, ...], *, format_name: str, prefixes: tuple[str, ...] = (),
-    batch: bool = False,
+    batch: bool = False, docs: str | None = None,
 ) -> None:
     """At query start: an option no part of the sink reads fails, naming the closest known
-    one, instead of being silently ignored (a misspelt `checkpointLocaton`, a source option
-    such as `subscribe` given to a writer, a streaming-only option given to a batch write)."""
+    one and the sink's page of options (`docs`), instead of being silently ignored (a misspelt
+    `checkpointLocaton`, a source option such as `subscribe` given to a writer, a
+    streaming-only option given to a batch write)."""
     if batch:
         names = dict.fromkeys((*known, *BATCH_SETTINGS_OPTIONS, *BATCH_SPARK_OPTIONS))
         where = f"a {format_name} batch write (df.write)"
     else:
         names = dict.fromkeys((*known, *SETTINGS_OPTIONS, *SPARK_OPTIONS))
         where = f"the {format_name} sink"
-    opts.reject_unknown(names, prefixes=prefixes, format_name=where,
-                        docs=SINK_DOCS.get(format_name))
+    opts.reject_unknown(names, prefixes=prefixes, format_name=where, docs=docs)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ import pytest
 from connectors.cli import build_parser
 from connectors.kafka_security import REFUSED_JAVA_OPTIONS
 from connectors.options import ALWAYS_ACCEPTED_OPTIONS
-from sinks import kafka as kafka_sink, postgres as postgres_sink
+from sinks import kafka as kafka_sink
+from sinks.postgres import options as postgres_options
 from sinks.delta import options as delta_options
 from sinks.two_phase_commit import (
     BATCH_SETTINGS_OPTIONS,
@@ -87,7 +88,7 @@ PAGES = [
     Page("docs/kafka-sink.md", "the kafka-eos sink",
          _streaming_sink(kafka_sink.OPTIONS), kafka_sink.OPTION_PREFIXES),
     Page("docs/postgres-sink.md", "the postgres-eos sink",
-         _streaming_sink(postgres_sink.OPTIONS)),
+         _streaming_sink(postgres_options.OPTIONS)),
     Page("docs/batch-writes.md", "batch writes (options a df.write refuses)",
          (*_streaming_only(_streaming_sink(delta_options.OPTIONS), _DELTA_BATCH),
           *_streaming_only(_streaming_sink(kafka_sink.OPTIONS), _KAFKA_BATCH))),

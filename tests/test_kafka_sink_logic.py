@@ -33,6 +33,7 @@ from sinks.kafka_commit import (
 from connectors.kafka_client import KafkaRetriesExhausted, RetryPolicy
 from connectors.options import OptionError, Options
 from sinks import kafka as ksink
+from sinks.kafka_data_source import KafkaSinkDataSource
 from sinks.kafka import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     KafkaSink,
@@ -542,6 +543,16 @@ def test_with_the_topic_option_a_topic_column_of_any_type_is_ignored(tmp_path):
 # ------------------------------------------------------------------ no option silently ignored
 
 
+def _stream_writer(raw: dict[str, str], schema: StructType, overwrite: bool):
+    """What `writeStream.format("kafka-eos")` gets at query start."""
+    return KafkaSinkDataSource(raw).streamWriter(schema, overwrite)
+
+
+def _batch_writer(raw: dict[str, str], schema: StructType, overwrite: bool):
+    """What `df.write.format("kafka-eos")` gets at job start."""
+    return KafkaSinkDataSource(raw).writer(schema, overwrite)
+
+
 def _writer_options(tmp_path, **extra) -> dict[str, str]:
     # lower-cased keys, as Spark hands them over
     return {"kafka.bootstrap.servers": "b:9092", "topic": "out",
@@ -560,7 +571,7 @@ def _writer_options(tmp_path, **extra) -> dict[str, str]:
 )
 def test_an_unknown_sink_option_fails_at_query_start_naming_the_closest(tmp_path, option, hint):
     with pytest.raises(OptionError, match=hint) as e:
-        ksink.kafka_stream_writer(_writer_options(tmp_path, **{option.lower(): "x"}), SCHEMA, False)
+        _stream_writer(_writer_options(tmp_path, **{option.lower(): "x"}), SCHEMA, False)
     assert option.lower() in str(e.value) and "'kafka.*'" in str(e.value)
 
 
@@ -568,7 +579,7 @@ def test_what_spark_passes_to_a_sink_is_never_refused(tmp_path):
     # seen with PySpark 4.3: queryName(), start(path), option("checkpointLocation")
     raw = _writer_options(tmp_path, queryname="q", path="/somewhere",
                           **{"kafka.acks": "all", "flushtimeout": "5s"})
-    writer = ksink.kafka_stream_writer(raw, SCHEMA, False)
+    writer = _stream_writer(raw, SCHEMA, False)
     assert writer.sink.options.flush_timeout_s == 5
 
 
@@ -577,11 +588,11 @@ def test_what_spark_passes_to_a_sink_is_never_refused(tmp_path):
 
 def test_a_batch_job_has_transactional_ids_of_its_own_under_the_prefix(tmp_path):
     raw = {"kafka.bootstrap.servers": "b:9092", "topic": "out"}
-    one = ksink.kafka_batch_writer(raw, SCHEMA, False).sink
-    two = ksink.kafka_batch_writer(raw, SCHEMA, False).sink
+    one = _batch_writer(raw, SCHEMA, False).sink
+    two = _batch_writer(raw, SCHEMA, False).sink
     assert one.settings.job_id != two.settings.job_id
     assert one.options.prefix == f"kafka-eos-batch-{one.settings.job_id}"
-    mine = ksink.kafka_batch_writer({**raw, "transactionalidprefix": "app"}, SCHEMA, False).sink
+    mine = _batch_writer({**raw, "transactionalidprefix": "app"}, SCHEMA, False).sink
     assert mine.options.prefix == f"app-{mine.settings.job_id}"  # the ACL app* covers it
 
 
@@ -589,16 +600,16 @@ def test_a_batch_job_has_transactional_ids_of_its_own_under_the_prefix(tmp_path)
 def test_a_batch_write_refuses_streaming_options(option):
     raw = {"kafka.bootstrap.servers": "b:9092", "topic": "out", option: "x"}
     with pytest.raises(OptionError, match=rf"Option '{option}'.*a kafka-eos batch write"):
-        ksink.kafka_batch_writer(raw, SCHEMA, False)
+        _batch_writer(raw, SCHEMA, False)
     with pytest.raises(OptionError, match=r"Option 'mode'.*'overwrite' is refused"):
-        ksink.kafka_batch_writer({"kafka.bootstrap.servers": "b:9092", "topic": "o"}, SCHEMA, True)
+        _batch_writer({"kafka.bootstrap.servers": "b:9092", "topic": "o"}, SCHEMA, True)
 
 
 def test_a_failed_batch_job_fences_every_id_its_tasks_may_have_used(coordinator, monkeypatch):
     fenced = []
     monkeypatch.setattr(ksink, "fence_transactional_id",
                         lambda conf, tid, timeout_ms: fenced.append(tid))
-    sink = ksink.kafka_batch_writer({"kafka.bootstrap.servers": "b:9092", "topic": "out"},
+    sink = _batch_writer({"kafka.bootstrap.servers": "b:9092", "topic": "out"},
                                     SCHEMA, False).sink
     p = sink.options.prefix
     reported = {**HANDLE, "transactional_id": f"{p}-1-5"}  # a sixth attempt succeeded
@@ -615,7 +626,7 @@ def test_a_failed_batch_job_fences_its_ids_concurrently(coordinator, monkeypatch
     together = threading.Barrier(ksink._FENCE_THREADS, timeout=10)
     monkeypatch.setattr(ksink, "fence_transactional_id",
                         lambda conf, tid, timeout_ms: together.wait())
-    sink = ksink.kafka_batch_writer({"kafka.bootstrap.servers": "b:9092", "topic": "out"},
+    sink = _batch_writer({"kafka.bootstrap.servers": "b:9092", "topic": "out"},
                                     SCHEMA, False).sink
     # as many ids as fencing threads, so that all of them must wait at once
     sink.abortJob([], partitions=ksink._FENCE_THREADS // ksink.BATCH_ABORT_ATTEMPTS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from connectors.options import OptionError, Options, is_secret, parse_duration_ms, redact
@@ -307,10 +309,30 @@ def test_a_far_off_unknown_option_gets_the_closest_names_without_a_guess():
     assert str(e.value).count("'") == 2 + 6  # the option itself, and three names
 
 
-def test_a_sinks_unknown_option_points_to_its_page():
+@pytest.mark.parametrize("format_name,page", [
+    ("kafka-eos", "docs/kafka-sink.md#options"),
+    ("delta-eos", "docs/delta-sink.md#options"),
+    ("postgres-eos", "docs/postgres-sink.md#options"),
+])
+def test_each_sinks_unknown_option_points_to_its_own_page(format_name, page, tmp_path):
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from connectors.formats import ALL
+
+    (source,) = [s for s in ALL if s.name() == format_name]
+    raw = {"checkpointlocation": str(tmp_path / "ck"), "committimout": "1s"}
+    with pytest.raises(OptionError, match=rf"did you mean 'commitTimeout'\?.*every option: "
+                                          rf"{re.escape(page)}"):
+        source(raw).streamWriter(StructType([StructField("v", LongType())]), False)
+
+
+def test_a_users_own_sink_names_no_page_unless_it_has_one():
     from sinks.two_phase_commit import reject_unknown_options
 
-    with pytest.raises(OptionError, match=r"did you mean 'flushTimeout'\?.*every option: "
-                                          r"docs/kafka-sink\.md#options"):
-        reject_unknown_options(Options({"flushtimout": "1s"}), ("topic", "flushTimeout"),
-                               format_name="kafka-eos")
+    with pytest.raises(OptionError) as e:
+        reject_unknown_options(Options({"flushtimout": "1s"}), ("flushTimeout",),
+                               format_name="my-eos")
+    assert "did you mean 'flushTimeout'?" in str(e.value) and "every option" not in str(e.value)
+    with pytest.raises(OptionError, match=r"every option: docs/mine\.md"):
+        reject_unknown_options(Options({"flushtimout": "1s"}), ("flushTimeout",),
+                               format_name="my-eos", docs="docs/mine.md")

@@ -41,5 +41,6 @@ def test_the_kafka_sink_loads_kafka_python_only_to_commit() -> None:
 
 
 def test_the_postgres_format_loads_psycopg_only_when_a_query_starts() -> None:
-    assert "psycopg" not in _modules_after("import sinks.postgres_data_source")
-    assert "psycopg" in _modules_after("import sinks.postgres")
+    assert "psycopg" not in _modules_after("import sinks.postgres.data_source")
+    assert "psycopg" not in _modules_after("import sinks.postgres")
+    assert "psycopg" in _modules_after("import sinks.postgres.sink")
