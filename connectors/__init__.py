@@ -3,6 +3,8 @@
 After `pip install` the formats are registered without any call, through the `pyspark_*` shim
 modules PySpark's static lookup discovers. `register(spark)` registers whatever that lookup did
 not find (the package on `sys.path` but not installed, or a lookup run by another Python).
+`enable_structured_logs()` opts in to the package's per-batch log lines (connectors/logs.py):
+the package itself configures no logging handlers.
 """
 
 from __future__ import annotations
@@ -11,8 +13,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from connectors.logs import enable_structured_logs
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+__all__ = ["WorkerPythonMismatch", "check_worker_python", "data_sources",
+           "enable_structured_logs", "register"]
 
 __version__ = "0.1.0"
 

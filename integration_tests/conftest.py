@@ -7,6 +7,7 @@ import tempfile
 
 import pytest
 
+from connectors.logs import LEVEL_ENV
 from connectors.testing import Broker, kafka_broker, local_spark
 from connectors.testing.class_sharing import SPARK_CDS_ENV, ensure_archive
 from sources.batch_metrics import SOURCE_METRICS_ENV
@@ -18,6 +19,10 @@ os.environ.setdefault(STATS_ENV, tempfile.mkdtemp(prefix="kafka-eos-pool-stats-"
 # Likewise the source's per-batch metrics lines (integration_tests/test_source_monitoring.py).
 os.environ.setdefault(SOURCE_METRICS_ENV, os.path.join(
     tempfile.mkdtemp(prefix="kafka-eos-source-metrics-"), "batches.jsonl"))
+# The suite opts in to the package's structured log lines, as the CLI and the demo do
+# (connectors/logs.py): its Spark sessions and pipelines log them with level and logger name,
+# which a failure's output shows and integration_tests/test_quiet_stop.py searches.
+os.environ.setdefault(LEVEL_ENV, "INFO")
 
 
 # Before any Spark starts, too: every driver JVM of the run (this process's, the pipelines',

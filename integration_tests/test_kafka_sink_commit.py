@@ -37,17 +37,10 @@ from sinks.two_phase_commit import (
     SinkSettings,
     TaskInfo,
     TwoPhaseCommitWriter,
-    _structured_logger,
 )
 from sinks.txn_log import TransactionLog
 
 SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
-
-
-@pytest.fixture(autouse=True)
-def _sink_logs_reach_caplog(monkeypatch):
-    """The template's logger stops propagating once it has its own handler."""
-    monkeypatch.setattr(_structured_logger(), "propagate", True)
 
 
 @pytest.fixture

@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import pickle
-import sys
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -58,6 +57,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from connectors import logs
 from connectors.options import OptionError, Options
 from connectors.paths import normalise
 from sinks import faults
@@ -309,16 +309,6 @@ class TwoPhaseCommitSink(ABC, Generic[Txn]):
         return TwoPhaseCommitBatchWriter(self)
 
 
-def _structured_logger() -> logging.Logger:
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
-    return log
-
-
 class _Protocol:
     """What the streaming and the batch writer share: the task side, the commit with bounded
     retries, the batch log line."""
@@ -530,7 +520,7 @@ class TwoPhaseCommitWriter(_Protocol, DataSourceStreamArrowWriter):
 
     def prepare_for_tasks(self) -> None:
         """Before any task of a batch: validate the store, then (exactly-once) recover."""
-        _structured_logger()
+        logs.from_environment()
         self.sink.open()
         if self.exactly_once:
             self.recover()
@@ -559,7 +549,7 @@ class TwoPhaseCommitWriter(_Protocol, DataSourceStreamArrowWriter):
     # -- driver side ------------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _structured_logger()
+        logs.from_environment()
         started = time.perf_counter()
         prepared = [m for m in messages if isinstance(m, PreparedPartition)]
         handles = {m.partition: m.handle for m in prepared if m.handle is not None}
@@ -684,7 +674,7 @@ class TwoPhaseCommitBatchWriter(_Protocol, DataSourceArrowWriter):
 
     def prepare_for_tasks(self) -> None:
         """Before the job's tasks: validate the store."""
-        _structured_logger()
+        logs.from_environment()
         self.sink.open()
         self.ready_for_tasks = True
 
@@ -697,7 +687,7 @@ class TwoPhaseCommitBatchWriter(_Protocol, DataSourceArrowWriter):
         return self._write_partition(info, iterator, time.perf_counter())
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _structured_logger()
+        logs.from_environment()
         started = time.perf_counter()
         prepared = [m for m in messages if isinstance(m, PreparedPartition)]
         handles = {m.partition: m.handle for m in prepared if m.handle is not None}
@@ -713,7 +703,7 @@ class TwoPhaseCommitBatchWriter(_Protocol, DataSourceArrowWriter):
         self._log_batch(JOB_BATCH_ID, prepared, (time.perf_counter() - started) * 1000)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _structured_logger()
+        logs.from_environment()
         if not self.exactly_once:
             return  # every task committed its own writes: what succeeded stays
         handles = [m.handle for m in messages if isinstance(m, PreparedPartition) and m.handle]

@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from connectors import logs
 from sources.offsets import OffsetRange, PartitionOffsets, TopicPartition
 
 log = logging.getLogger("kafka_eos.source")
@@ -35,19 +35,6 @@ SOURCE_METRICS_ENV = "KAFKA_EOS_SOURCE_METRICS_FILE"
 #: Per-partition detail (DEBUG line, metrics file): at most this many partitions per list,
 #: whatever the partition count.
 DETAIL_PARTITIONS = 10
-
-
-def structured_logger() -> logging.Logger:
-    """The metrics logger, with a handler of its own: Spark's Python workers configure no
-    logging, so an INFO line would otherwise go nowhere (as the sinks' logger does)."""
-    if not any(getattr(h, "kafka_eos", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        handler.kafka_eos = True  # type: ignore[attr-defined]
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
-    return log
 
 
 def name_of(tp: TopicPartition) -> str:
@@ -200,10 +187,10 @@ def emit(line: Mapping[str, Any], detail: Mapping[str, Any] | None = None) -> No
     """Log the summary at INFO and the detail at DEBUG, and append both (one JSON line) to the
     metrics file if one is configured; a file that cannot be written is a warning, never a
     failed query."""
-    logger = structured_logger()
-    logger.info("batch read %s", json.dumps(line))
-    if detail is not None and logger.isEnabledFor(logging.DEBUG):
-        logger.debug("batch read detail %s", json.dumps(
+    logs.from_environment()  # the application's choice of lines, in this worker too
+    log.info("batch read %s", json.dumps(line))
+    if detail is not None and log.isEnabledFor(logging.DEBUG):
+        log.debug("batch read detail %s", json.dumps(
             {"source": line.get("source"), "batch": line.get("batch"), **detail}))
     path = os.environ.get(SOURCE_METRICS_ENV)
     if path:

@@ -49,16 +49,9 @@ from sinks.two_phase_commit import (
     TaskInfo,
     TransactionLost,
     TwoPhaseCommitWriter,
-    _structured_logger,
 )
 
 SCHEMA = StructType([StructField("value", BinaryType())])
-
-
-@pytest.fixture(autouse=True)
-def _sink_logs_reach_caplog(monkeypatch):
-    """The template's logger stops propagating once it has its own handler."""
-    monkeypatch.setattr(_structured_logger(), "propagate", True)
 
 
 # ------------------------------------------------------------------ classification (pure)

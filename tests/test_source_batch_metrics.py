@@ -143,15 +143,11 @@ def test_a_subscription_of_many_topics_is_named_in_a_few():
 
 def test_the_detail_is_a_debug_line(caplog_source):
     planned, reports = _wide_batch(30)
-    logger = logging.getLogger("kafka_eos.source")
     line, detail = batch_line("s", planned, reports), batch_detail(planned, reports)
     emit(line, detail)
     assert [r.levelname for r in caplog_source.records] == ["INFO"]
-    logger.setLevel(logging.DEBUG)
-    try:
-        emit(line, detail)
-    finally:
-        logger.setLevel(logging.INFO)
+    caplog_source.set_level(logging.DEBUG, logger="kafka_eos.source")  # undone after the test
+    emit(line, detail)
     debug = [r.getMessage() for r in caplog_source.records if r.levelname == "DEBUG"]
     (text,) = debug
     doc = json.loads(text.split("batch read detail ", 1)[1])
@@ -246,10 +242,8 @@ def _lines(caplog) -> list[dict]:
 
 @pytest.fixture
 def caplog_source(caplog):
-    logger = logging.getLogger("kafka_eos.source")
-    logger.addHandler(caplog.handler)
-    yield caplog
-    logger.removeHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="kafka_eos.source")
+    return caplog
 
 
 def test_a_batch_completes_when_the_next_is_planned_and_is_reported_once(

@@ -979,19 +979,11 @@ def test_batch_log_line_counts_written_partitions(chk, caplog):
         PreparedPartition(0, 1, 0, None, skipped=True, rows=0),
         PreparedPartition(0, 2, 0, h(0, 2), rows=4, bytes=40, write_ms=9.0),
     ]
-    records: list[logging.LogRecord] = []
-
-    class _Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    keep = _Keep()
-    writer.commit([], 99)  # installs the structured logger first
-    sink_log.addHandler(keep)
+    caplog.set_level(logging.INFO, logger="kafka_eos.sink")
     writer.commit(messages, 0)
     import json as _json
 
-    lines = [r.getMessage() for r in records if r.getMessage().startswith("batch committed ")]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("batch committed ")]
     assert len(lines) == 1
     line = _json.loads(lines[0][len("batch committed "):])
     assert line["batch"] == 0 and line["rows"] == 7 and line["bytes"] == 70

@@ -13,9 +13,13 @@ import time
 
 from pyspark.sql import functions as F
 
+from connectors import enable_structured_logs
 from connectors.testing import local_spark
 
 bootstrap, topic, out_topic, table, workdir = sys.argv[1:6]
+# The package's lines with their level and logger, here and in Spark's Python workers: what
+# the test searches for an ERROR of the package.
+enable_structured_logs()
 spark = local_spark("stop-mid-batch")
 marks = os.path.join(workdir, "marks")
 os.makedirs(marks, exist_ok=True)
