@@ -14,6 +14,8 @@ import re
 import sys
 from typing import NoReturn
 
+from connectors.logs import enable_structured_logs
+
 EXIT_OK, EXIT_VERIFICATION_FAILED, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
 EXIT_QUERY_MAY_BE_RUNNING = 4
 PROG = "kafka-eos"
@@ -300,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         return _inspect(args)
     if args.command == "resolve":
         return _resolve(args)
+    if _embedded_broker_missing(args):
+        return EXIT_CANNOT_RUN
     if args.command == "broker":
         return _broker(args)
     if args.partitions > args.records:
@@ -312,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from connectors.demo.run import DemoConfig, DemoError, run_demo
 
+    # The pipeline's structured lines (batch read, batch committed, recovery) go to its log,
+    # pipeline.log: its Spark Python workers inherit the choice through the environment.
+    enable_structured_logs()
     config = DemoConfig(
         bootstrap_servers=args.bootstrap_servers,
         kafka_config=kafka_config,
@@ -336,6 +343,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG} demo: interrupted", file=sys.stderr)
         return 130
+
+
+def _embedded_broker_missing(args: argparse.Namespace) -> bool:
+    """`--broker embedded` without the [local] extra: said at once, in one line, before the
+    command starts anything."""
+    if getattr(args, "broker", None) != "embedded" or getattr(args, "bootstrap_servers", None):
+        return False
+    from connectors import extras
+
+    try:
+        extras.require("local")
+    except extras.MissingExtra as exc:
+        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        return True
+    return False
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -408,6 +430,7 @@ def _resolve(args: argparse.Namespace) -> int:
     )
     from connectors.spark_checkpoint import NotACheckpoint
 
+    enable_structured_logs("WARNING")  # a store's warnings with level and logger; the report says the rest
     parser = args.command_parser
     try:
         store = StoreOptions(

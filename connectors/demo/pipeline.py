@@ -179,8 +179,10 @@ def main() -> None:
     # before Spark starts, so that its JVM and Python workers do not inherit them.
     args.kafka_config = kafka_config.from_env()
 
+    from connectors import enable_structured_logs
     from connectors.testing import local_spark
 
+    enable_structured_logs()  # before Spark starts: its Python workers inherit the choice
     spark = local_spark("kafka-eos-demo", master=args.master, conf={"spark.task.maxFailures": "4"})
     queries = start_queries(spark, args, drain=False)
     with open(args.ready_file, "w") as f:  # the demo's chaos waits for this: batches now run
