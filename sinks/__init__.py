@@ -6,10 +6,11 @@
     txn_log.py, recovery_plan.py, checkpoint.py, target_identity.py, faults.py
                          what the template keeps under the checkpoint, how a restart recovers,
                          the table a checkpoint commits into, the crash matrix's kill points
+    data_source.py       TwoPhaseCommitDataSource: a sink's format, from options to a writer
     delta/               delta-eos: Parquet files, then one Delta commit per batch (delta-rs)
-    kafka.py, kafka_commit.py
+    kafka.py, kafka_commit.py, kafka_data_source.py
                          kafka-eos: Kafka transactions prepared by tasks, ended by the driver
-    postgres.py          postgres-eos: PREPARE TRANSACTION / COMMIT PREPARED
+    postgres/            postgres-eos: PREPARE TRANSACTION / COMMIT PREPARED
 
 `from sinks import TwoPhaseCommitSink` (and TaskInfo, SinkSettings, TransactionLost) is the
 template's public spelling. It is resolved on first use: the submodules (sinks.faults,

@@ -6,7 +6,8 @@ every partition was tens of kilobytes a batch at 1,000 partitions). The per-part
 bounded too (the slowest and the furthest behind, DETAIL_PARTITIONS each), is a DEBUG line, and
 both are appended as one JSON line to the file named by KAFKA_EOS_SOURCE_METRICS_FILE when
 set. The sinks' file (KAFKA_EOS_METRICS_FILE) is not shared: its readers (the demo, the
-benchmarks) take every line there for a sink's.
+benchmarks) take every line there for a sink's. The lines are written where the application
+opted in (connectors/logs.py): the package adds no handler of its own.
 
 Offsets behind latest are Spark's Kafka source's metrics (`avgOffsetsBehindLatest`, ...): for
 each partition, the latest offset known when the batch was planned minus the batch's end.

@@ -1,4 +1,4 @@
-"""Unit tests of sinks/postgres.py's pure logic: options, connection strings and their
+"""Unit tests of the postgres-eos sink's pure logic (sinks/postgres/): options, connection strings and their
 redaction, table names, global transaction ids, Arrow -> COPY encoding. No server, no Spark."""
 
 from __future__ import annotations

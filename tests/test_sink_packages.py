@@ -49,3 +49,19 @@ def test_the_template_and_the_delta_names_keep_their_documented_paths():
     # The old flat modules are gone for good: one package, sinks/delta/.
     with pytest.raises(ModuleNotFoundError):
         __import__("sinks.delta_options")
+
+
+def test_the_postgres_names_keep_their_paths_in_a_package_of_modules():
+    import sinks.postgres as package
+    from sinks.data_source import TwoPhaseCommitDataSource
+    from sinks.postgres import FORMAT_NAME, PostgresEosDataSource, PostgresOptions, PostgresSink
+    from sinks.two_phase_commit import TwoPhaseCommitSink as Template
+
+    assert issubclass(PostgresSink, Template) and PostgresSink.__module__ == "sinks.postgres.sink"
+    assert issubclass(PostgresEosDataSource, TwoPhaseCommitDataSource)
+    assert PostgresEosDataSource.name() == FORMAT_NAME == "postgres-eos"
+    assert PostgresOptions.__module__ == "sinks.postgres.options"
+    assert all(getattr(package, name) is not None for name in package.__all__)
+    # The old flat modules are gone: one package, sinks/postgres/.
+    with pytest.raises(ModuleNotFoundError):
+        __import__("sinks.postgres_data_source")
