@@ -328,11 +328,13 @@ def start_registry(port: int | None = None, *, secured: bool = False,
     """Fetch (once) and start a registry on 127.0.0.1:`port` (a free one if None); returns once
     the Confluent API answers and global compatibility is BACKWARD. The caller stops it
     (`stop_registry`). `secured`: HTTPS only, with a throwaway CA, and basic auth."""
+    java_major()
+    if port and not port_free(port):
+        raise RegistryUnavailable(f"port {port} is in use on 127.0.0.1 (another registry?): "
+                                  "choose another with --port, or --port 0 for any free one")
     app = registry_distribution()
     for attempt in range(3):
         # A free port may be taken between picking and binding on a busy machine: pick again.
-        if port and not port_free(port):
-            raise RegistryUnavailable(f"port {port} on 127.0.0.1 is in use")
         chosen = port or free_port()
         workdir = Path(tempfile.mkdtemp(prefix="apicurio-registry-"))
         security, pki_dir = None, None
