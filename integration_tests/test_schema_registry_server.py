@@ -167,7 +167,9 @@ def test_the_registry_command_serves_until_sigterm_and_takes_its_jvm_along():
             lines.append(line.rstrip("\n"))
             if line.startswith("Running until Ctrl-C"):
                 break
-        url = next(ln for ln in lines if ln.startswith("schema registry url: ")).split(": ")[1]
+        urls = [ln.split(": ", 1)[1] for ln in lines if ln.startswith("schema registry url: ")]
+        assert len(urls) == 1, lines
+        url = urls[0]
         jvms = _children(proc.pid)
         assert len(jvms) == 1, lines
         assert SchemaRegistryClient({"url": url}).get_subjects() == []
