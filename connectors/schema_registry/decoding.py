@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from connectors.schema_registry.client import (
     RegistryClient,
@@ -135,12 +136,11 @@ class ColumnDecoder:
                 self._bad(e, where, i)
                 append(None)
         try:
-            built = pa.array(out, self.build_type)
-            result = built if self.build_type == self.spark_type else built.cast(self.spark_type)
+            result = self._build_many(out)
         except (pa.ArrowException, OverflowError, ValueError, TypeError):
             result = self._one_by_one(out, values, where, bad)
         if bad:
-            self._report_permissive(bad, where)
+            self._report_permissive(sorted(bad, key=lambda b: b[0]), where)
         return result
 
     def _one_by_one(self, out: list[Any], values: pa.Array,
@@ -167,7 +167,7 @@ class ColumnDecoder:
 
     def _build_many(self, values: list[Any]) -> pa.Array:
         built = pa.array(values, self.build_type)
-        return built if self.build_type == self.spark_type else built.cast(self.spark_type)
+        return built if self.build_type == self.spark_type else cast(built, self.spark_type)
 
     def _bad(self, error: BadRecord, where: Callable[[int], tuple[str, int, int]], i: int) -> None:
         if self.opts.permissive:
@@ -199,6 +199,30 @@ def describe_bad(opts: RegistryOptions, error: BadRecord, topic: str, partition:
             f" {error.reason}")
 
 
+def cast(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """`array` cast to `target`, with the children of null structs (and list items) null
+    first: Arrow fills them with zero values ('' for a string), which a cast of strings to
+    dates or timestamps would refuse although no row holds them."""
+    if array.type == target:
+        return array
+    if pa.types.is_struct(target) and isinstance(array, pa.StructArray):
+        valid = array.is_valid()
+        has_nulls = array.null_count > 0
+        children = []
+        for i in range(target.num_fields):
+            child = array.field(i)
+            if has_nulls:
+                child = pc.if_else(valid, child, pa.scalar(None, child.type))
+            children.append(cast(child, target.field(i).type))
+        return pa.StructArray.from_arrays(children, fields=list(target),
+                                          mask=array.is_null() if has_nulls else None)
+    if pa.types.is_list(target) and isinstance(array, pa.ListArray):
+        values = cast(array.values, target.value_type)
+        return pa.ListArray.from_arrays(array.offsets, values, type=target,
+                                        mask=array.is_null() if array.null_count else None)
+    return array.cast(target)
+
+
 def _schema_id_of(data: bytes | None) -> int | None:
     if data and len(data) >= HEADER_SIZE and data[0] == MAGIC_BYTE:
         return int.from_bytes(data[1:5], "big")
@@ -216,7 +240,7 @@ def _failing_field(value: Any, build_type: pa.DataType, spark_type: pa.DataType,
         try:
             built = pa.array([value.get(f.name)], f.type)
             if f.type != target.type:
-                built.cast(target.type)
+                cast(built, target.type)
         except (pa.ArrowException, OverflowError, ValueError, TypeError):
             return _failing_field(value.get(f.name), f.type, target.type, name)
     return path or None
