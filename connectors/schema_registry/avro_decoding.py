@@ -14,7 +14,11 @@ from typing import Any
 import fastavro
 from fastavro.read import SchemaResolutionError
 
-from connectors.schema_registry.avro_types import avro_plan, strip_logical_types
+from connectors.schema_registry.avro_types import (
+    avro_plan,
+    strip_logical_types,
+    unresolvable_field,
+)
 from connectors.schema_registry.client import RegistryClient
 from connectors.schema_registry.decoding import BadRecord, ColumnDecoder, ReaderSchema, split_header
 from connectors.schema_registry.options import RegistryOptions
@@ -24,20 +28,23 @@ class AvroDecoder(ColumnDecoder):
     def __init__(self, opts: RegistryOptions, reader: ReaderSchema,
                  client: RegistryClient | None = None) -> None:
         super().__init__(opts, reader, client)
-        plan = avro_plan(json.loads(reader.schema_str))
+        self._reader_json = json.loads(reader.schema_str)
+        plan = avro_plan(self._reader_json)
         self.spark_type = plan.spark_type
         self.build_type = plan.build_type
         self._fixup = plan.fixup
         self._reader = fastavro.parse_schema(plan.fastavro_schema, named_schemas={})
         # writer id -> (parsed writer schema, the reader schema to resolve to or None if same)
         self._writers: dict[int, tuple[Any, Any]] = {reader.schema_id: (self._reader, None)}
+        self._writer_json: dict[int, Any] = {}
 
     def _writer(self, schema_id: int) -> tuple[Any, Any]:
         found = self._writers.get(schema_id)
         if found is None:
             schema = self.writer_schema(schema_id)
             try:
-                parsed = fastavro.parse_schema(strip_logical_types(json.loads(schema.schema_str)),
+                self._writer_json[schema_id] = json.loads(schema.schema_str)
+                parsed = fastavro.parse_schema(strip_logical_types(self._writer_json[schema_id]),
                                                named_schemas={})
             except Exception as e:
                 error = BadRecord(f"the writer schema does not parse as Avro ({e})",
@@ -58,7 +65,7 @@ class AvroDecoder(ColumnDecoder):
         except SchemaResolutionError as e:
             raise BadRecord(f"the writer schema cannot be resolved to the reader schema (id "
                             f"{self.reader.schema_id}, subject {self.reader.subject!r}): {e}",
-                            schema_id=schema_id, field=_field_in(str(e))) from None
+                            schema_id=schema_id, field=self._unresolvable(schema_id)) from None
         except Exception as e:  # EOFError, UnicodeDecodeError, IndexError, ...
             raise BadRecord(f"the payload does not decode with the writer schema "
                             f"({type(e).__name__}: {e})", schema_id=schema_id) from None
@@ -69,12 +76,10 @@ class AvroDecoder(ColumnDecoder):
                 raise BadRecord(str(e), schema_id=schema_id) from None
         return value
 
-
-def _field_in(message: str) -> str | None:
-    """The field fastavro's resolution error names, when it names one."""
-    for marker in ("field ", "field: "):
-        at = message.find(marker)
-        if at >= 0:
-            rest = message[at + len(marker):].strip(" '\"")
-            return rest.split()[0].strip("'\",:") if rest else None
-    return None
+    def _unresolvable(self, schema_id: int) -> str | None:
+        """The field that fails resolution (fastavro's error does not say)."""
+        writer = self._writer_json.get(schema_id)
+        try:
+            return unresolvable_field(writer, self._reader_json) if writer is not None else None
+        except Exception:  # naming the field is a courtesy; the record is bad either way
+            return None

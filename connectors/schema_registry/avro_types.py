@@ -76,6 +76,7 @@ def spark_type_of(schema: Any) -> pa.DataType:
 # -- names ---------------------------------------------------------------------------------------
 
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+_COMPLEX = {"record", "error", "enum", "fixed", "array", "map"}
 
 
 def _full_name(name: str, namespace: str | None) -> str:
@@ -116,9 +117,11 @@ def _resolve(schema: Any, namespace: str | None, names: dict[str, Any]) -> tuple
             raise UnsupportedAvroSchema(f"unknown Avro type name {schema!r}")
         ns = full.rsplit(".", 1)[0] if "." in full else None
         return found, ns
-    if isinstance(schema, dict) and isinstance(schema.get("type"), (dict, list)) and \
-            "logicalType" not in schema:
-        return _resolve(schema["type"], namespace, names)
+    if isinstance(schema, dict) and "logicalType" not in schema:
+        t = schema.get("type")
+        if isinstance(t, (dict, list)) or (isinstance(t, str) and t not in _PRIMITIVES
+                                           and t not in _COMPLEX):
+            return _resolve(t, namespace, names)
     return schema, namespace
 
 
@@ -402,3 +405,70 @@ def _value_kind(v: Any) -> str:
     if isinstance(v, list):
         return "list"
     return type(v).__name__.lower()
+
+
+# -- resolution ---------------------------------------------------------------------------------
+
+#: Avro's promotions: a writer's type (key) read as any of the reader's types (value).
+_PROMOTIONS = {"int": {"long", "float", "double"}, "long": {"float", "double"},
+               "float": {"double"}, "string": {"bytes"}, "bytes": {"string"}}
+
+
+def unresolvable_field(writer: Any, reader: Any) -> str | None:
+    """The dotted path of the first field whose writer type the reader's cannot resolve by
+    Avro's rules (or a reader field the writer lacks, with no default); None if none is found.
+    Used to name the field in a message: fastavro's own error does not."""
+    w_names: dict[str, Any] = {}
+    r_names: dict[str, Any] = {}
+    _collect_names(writer, None, w_names)
+    _collect_names(reader, None, r_names)
+    return _first_problem(writer, None, w_names, reader, None, r_names, "", ())
+
+
+def _first_problem(w: Any, w_ns: str | None, w_names: dict, r: Any, r_ns: str | None,
+                   r_names: dict, path: str, seen: tuple[str, ...]) -> str | None:
+    w, w_ns = _resolve(w, w_ns, w_names)
+    r, r_ns = _resolve(r, r_ns, r_names)
+    if isinstance(r, list):
+        if isinstance(w, list):
+            bad = [_first_problem(b, w_ns, w_names, r, r_ns, r_names, path, seen) for b in w]
+            return next((b for b in bad if b is not None), None)
+        ok = any(_first_problem(w, w_ns, w_names, b, r_ns, r_names, path, seen) is None
+                 for b in r)
+        return None if ok else (path or None)
+    if isinstance(w, list):
+        bad = [_first_problem(b, w_ns, w_names, r, r_ns, r_names, path, seen) for b in w]
+        return next((b for b in bad if b is not None), None)
+    wt, rt = _type_name(w), _type_name(r)
+    if wt != rt and rt not in _PROMOTIONS.get(wt, ()):
+        return path or None
+    if wt in ("record", "error"):
+        full = _full_name(r["name"], r.get("namespace", r_ns))
+        if full in seen:
+            return None
+        w_fields = {f["name"]: f for f in w.get("fields", ())}
+        wns = _full_name(w["name"], w.get("namespace", w_ns)).rpartition(".")[0] or None
+        rns = full.rpartition(".")[0] or None
+        for f in r.get("fields", ()):
+            sub = f"{path}.{f['name']}" if path else f["name"]
+            wf = w_fields.get(f["name"])
+            if wf is None:
+                if "default" not in f:
+                    return sub
+                continue
+            bad = _first_problem(wf["type"], wns, w_names, f["type"], rns, r_names, sub,
+                                 (*seen, full))
+            if bad is not None:
+                return bad
+        return None
+    if wt == "array":
+        return _first_problem(w["items"], w_ns, w_names, r["items"], r_ns, r_names, path, seen)
+    if wt == "map":
+        return _first_problem(w["values"], w_ns, w_names, r["values"], r_ns, r_names, path,
+                              seen)
+    if wt == "enum":
+        missing = set(w.get("symbols", ())) - set(r.get("symbols", ()))
+        return path or None if missing and "default" not in r else None
+    if wt == "fixed" and w.get("size") != r.get("size"):
+        return path or None
+    return None
