@@ -4,8 +4,8 @@ field for Avro, Protobuf and JSON Schema; bad records under FAILFAST and PERMISS
 that cannot be reached; a stream through schema evolution into `delta-eos`, exactly once; and
 Spark's own `from_avro` agreeing on the Avro rows.
 
-One registry per module (the session's when the suite provides one), the session's broker and
-Spark session; each dataset is produced once and read by the tests that need it.
+The session's registry, broker and Spark session (the secured registry, HTTPS with basic auth,
+for one test); each dataset is produced once and read by the tests that need it.
 """
 
 from __future__ import annotations
@@ -41,17 +41,8 @@ UTC = dt.timezone.utc
 
 
 @pytest.fixture(scope="module")
-def registry_url(request: pytest.FixtureRequest) -> str:
-    """The suite's registry when conftest provides one, else one started for this module."""
-    try:
-        yield request.getfixturevalue("schema_registry_url")
-        return
-    except pytest.FixtureLookupError:
-        pass
-    from connectors.testing.schema_registry import schema_registry
-
-    with schema_registry() as registry:
-        yield registry.url
+def registry_url(schema_registry_url: str) -> str:
+    return schema_registry_url
 
 
 @pytest.fixture(scope="module")
@@ -541,3 +532,32 @@ def test_avro_evolution_through_a_restart_lands_once_in_delta(spark, bootstrap, 
         want = expected_avro_row(avro_record(i), AVRO_V1)
         assert by_id[i]["amount"] == want["amount"] and by_id[i]["tags"] == want["tags"]
         assert by_id[i]["at_us"] == want["at_us"]
+
+
+# -- a secured registry ---------------------------------------------------------------------------
+
+
+def test_secured_registry_settings_pass_through_and_stay_secret(spark, bootstrap,
+                                                                secured_schema_registry):
+    """HTTPS with the registry's CA and basic auth, given as schema.registry.* options, reach
+    confluent-kafka's client; a wrong password fails naming the URL, never the password."""
+    conf = secured_schema_registry.client_config()
+    client = SchemaRegistryClient(conf)
+    topic = unique_topic("sr-secured")
+    create_topic(bootstrap, topic, 1)
+    schema = {"type": "record", "name": "Ping", "fields": [{"name": "n", "type": "long"}]}
+    serialize = AvroSerializer(client, json.dumps(schema))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    where = produce_values(bootstrap, topic, [serialize({"n": n}, ctx) for n in range(3)])
+    secured = {f"schema.registry.{k}": v for k, v in conf.items() if k != "url"}
+    got = rows_by_offset(read(spark, bootstrap, topic, conf["url"], "avro", **secured))
+    assert [got[w]["value"]["n"] for w in where] == [0, 1, 2]
+
+    user, password = conf["basic.auth.user.info"].split(":", 1)
+    wrong = f"not-{password}"
+    with pytest.raises(Exception) as failure:
+        read(spark, bootstrap, topic, conf["url"], "avro",
+             **{**secured, "schema.registry.basic.auth.user.info": f"{user}:{wrong}"}).collect()
+    message = str(failure.value)
+    assert conf["url"] in message and "401" in message
+    assert wrong not in message and password not in message
