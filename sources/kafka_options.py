@@ -76,12 +76,14 @@ UNSUPPORTED_KAFKA_OPTIONS = {
         "checkpointed state"
     ),
     "kafka.key.deserializer": (
-        "is not supported: keys are always read as bytes (the 'key' column is binary); "
-        "deserialize them with DataFrame operations, e.g. CAST(key AS STRING)"
+        "is not supported: keys are read as bytes (the 'key' column is binary), or through a "
+        "Schema Registry with keyFormat=avro|protobuf|json-schema; otherwise deserialize them "
+        "with DataFrame operations, e.g. CAST(key AS STRING)"
     ),
     "kafka.value.deserializer": (
-        "is not supported: values are always read as bytes (the 'value' column is binary); "
-        "deserialize them with DataFrame operations, e.g. CAST(value AS STRING)"
+        "is not supported: values are read as bytes (the 'value' column is binary), or through "
+        "a Schema Registry with valueFormat=avro|protobuf|json-schema; otherwise deserialize "
+        "them with DataFrame operations, e.g. CAST(value AS STRING)"
     ),
     "kafka.interceptor.classes": (
         "is not supported: interceptors could change what is read, so the source would no "
