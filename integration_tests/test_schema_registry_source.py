@@ -51,7 +51,7 @@ def registry(registry_url: str) -> SchemaRegistryClient:
 
 
 def produce_values(bootstrap: str, topic: str, values: list[bytes | None],
-                   partitions: int = 1) -> list[tuple[int, int]]:
+                   partitions: int = 1, keys: list[bytes] | None = None) -> list[tuple[int, int]]:
     """Produce `values` round-robin over the partitions; their (partition, offset)s in order."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     where: list[tuple[int, int] | None] = [None] * len(values)
@@ -63,7 +63,8 @@ def produce_values(bootstrap: str, topic: str, values: list[bytes | None],
         return on_delivery
 
     for i, v in enumerate(values):
-        producer.produce(topic, v, partition=i % partitions, on_delivery=report(i))
+        producer.produce(topic, v, key=keys[i] if keys else None, partition=i % partitions,
+                         on_delivery=report(i))
         producer.flush()  # one record per batch: each offset is a record (docs/design.md)
     assert all(w is not None for w in where)
     return where  # type: ignore[return-value]
@@ -155,21 +156,27 @@ class Dataset:
     topic: str
     where: list[tuple[int, int]]
     written: list[bytes]
+    keys: list[bytes] | None = None
 
 
 @pytest.fixture(scope="module")
 def avro_topic(bootstrap: str, registry: SchemaRegistryClient) -> Dataset:
+    """Avro values, and keys written as an Avro `string` (subject `<topic>-key`)."""
     topic = unique_topic("sr-avro")
     create_topic(bootstrap, topic, 2)
     serialize = AvroSerializer(registry, json.dumps(AVRO_V1))
     ctx = SerializationContext(topic, MessageField.VALUE)
     written = [serialize(avro_record(i), ctx) for i in range(12)]
-    return Dataset(topic, produce_values(bootstrap, topic, written, partitions=2), written)
+    key_ctx = SerializationContext(topic, MessageField.KEY)
+    keys = [AvroSerializer(registry, '"string"')(f"order-{i}", key_ctx) for i in range(12)]
+    return Dataset(topic, produce_values(bootstrap, topic, written, partitions=2, keys=keys),
+                   written, keys)
 
 
 def test_avro_reads_what_confluent_serializers_wrote(spark, bootstrap, registry_url, registry,
                                                      avro_topic):
-    df = read(spark, bootstrap, avro_topic.topic, registry_url, "avro")
+    df = read(spark, bootstrap, avro_topic.topic, registry_url, "avro", keyFormat="avro")
+    assert dict(df.dtypes)["key"] == "string"  # an Avro string, as from_avro gives it
     value_type = dict(df.dtypes)["value"]
     assert value_type.startswith("struct<id:bigint,qty:int,price:double,ratio:float,"
                                  "paid:boolean,amount:decimal(10,2),day:date,at_ms:timestamp,"
@@ -181,6 +188,9 @@ def test_avro_reads_what_confluent_serializers_wrote(spark, bootstrap, registry_
     deserialize = AvroDeserializer(registry)
     ctx = SerializationContext(avro_topic.topic, MessageField.VALUE)
     assert len(got) == len(avro_topic.written)
+    key_ctx = SerializationContext(avro_topic.topic, MessageField.KEY)
+    for where, key in zip(avro_topic.where, avro_topic.keys or []):
+        assert got[where]["key"] == deserialize(key, key_ctx)
     for where, data in zip(avro_topic.where, avro_topic.written):
         theirs = expected_avro_row(deserialize(data, ctx), AVRO_V1)
         ours = got[where]["value"]

@@ -19,7 +19,8 @@ column types:
 | union of int and long (and null) / float and double (and null) | bigint / double |
 | any other union | struct<member0, member1, ...> (null left out), one member set |
 
-Every field is nullable: the whole struct is null for a bad record under `mode=PERMISSIVE`, as
+A record schema gives a struct column; a primitive one (a key written as Avro `string`) a column
+of that type, as `from_avro` gives. Every field is nullable: the whole struct is null for a bad record under `mode=PERMISSIVE`, as
 `from_avro` makes its output nullable there. A recursive record is refused, as Spark refuses it.
 
 Besides the Spark-facing type, `AvroArrowPlan` carries the type fastavro's output is first

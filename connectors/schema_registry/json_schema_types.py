@@ -52,13 +52,9 @@ class _Node:
 
 
 def json_plan(schema: Any) -> JsonPlan:
+    """The plan of a reader schema. An object is a struct; a top-level string, number or array
+    schema gives a column of that type (as from_avro does for an Avro primitive)."""
     node = _node(schema, schema, ())
-    if not pa.types.is_struct(node.spark):
-        # The value column is a struct: a top-level non-object becomes struct<value>.
-        fix = node.fix
-        node = _Node(pa.struct([pa.field("value", node.spark)]),
-                     pa.struct([pa.field("value", node.build)]),
-                     (lambda v: {"value": fix(v)}) if fix else (lambda v: {"value": v}))
     return JsonPlan(node.spark, node.build, node.fix)
 
 
