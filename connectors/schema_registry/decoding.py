@@ -105,7 +105,11 @@ class ColumnDecoder:
         try:
             schema = self.client.schema_by_id(schema_id, fmt)
         except UnknownSchemaId as e:
-            raise BadRecord(f"unknown schema id ({e})", schema_id=schema_id) from None
+            # Remembered: ids are never reused, and a topic full of them under PERMISSIVE must
+            # not ask the registry once per record.
+            error = BadRecord(f"unknown schema id ({e})", schema_id=schema_id)
+            self._writer_errors[schema_id] = error
+            raise error from None
         kind = schema_type_of(schema)
         if kind != SCHEMA_TYPES[self.reader.format]:
             error = BadRecord(
