@@ -3,16 +3,26 @@ per process and id) resolved to the reader schema, by Avro's rules: a field the 
 have gets the reader's default, a field the reader dropped is skipped, ints widen to longs. A
 writer schema the reader schema cannot resolve (a new field without a default, a type that
 does not promote) is a bad record, named by its schema id and the field.
+
+Records written with the reader schema itself (most of a topic, usually) are decoded a batch
+at a time in native code first (avro_fast.py), with exactly the result fastavro gives; a batch
+that path refuses is decoded here record by record.
 """
 
 from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 import fastavro
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from fastavro.read import SchemaResolutionError
+
+from connectors.schema_registry.avro_fast import FastAvroReader, FastPathRefused
 
 from connectors.schema_registry.avro_types import (
     avro_plan,
@@ -20,7 +30,13 @@ from connectors.schema_registry.avro_types import (
     unresolvable_field,
 )
 from connectors.schema_registry.client import RegistryClient
-from connectors.schema_registry.decoding import BadRecord, ColumnDecoder, ReaderSchema, split_header
+from connectors.schema_registry.decoding import (
+    BadRecord,
+    ColumnDecoder,
+    ReaderSchema,
+    cast,
+    split_header,
+)
 from connectors.schema_registry.options import RegistryOptions
 
 
@@ -37,6 +53,34 @@ class AvroDecoder(ColumnDecoder):
         # writer id -> (parsed writer schema, the reader schema to resolve to or None if same)
         self._writers: dict[int, tuple[Any, Any]] = {reader.schema_id: (self._reader, None)}
         self._writer_json: dict[int, Any] = {}
+        self.fast = _fast_reader(self._reader_json) if self._fixup is None else None
+        self._wire_header = b"\x00" + reader.schema_id.to_bytes(4, "big")
+
+    def decode(self, values: pa.Array, where: Callable[[int], tuple[str, int, int]]) -> pa.Array:
+        """The records of the reader schema's id through the fast path, the others (and a
+        batch the fast path refuses) record by record."""
+        if self.fast is None or len(values) == 0:
+            return super().decode(values, where)
+        head = pc.binary_slice(values, 0, len(self._wire_header))
+        ours = np.asarray(pc.fill_null(pc.equal(head, pa.scalar(self._wire_header, head.type)),
+                                       False))
+        if not ours.any():
+            return super().decode(values, where)
+        try:
+            if ours.all():
+                return self._spark(self.fast.decode(values))
+            fast_rows, slow_rows = np.nonzero(ours)[0], np.nonzero(~ours)[0]
+            fast = self._spark(self.fast.decode(values.take(fast_rows)))
+        except FastPathRefused:
+            return super().decode(values, where)
+        slow = super().decode(values.take(slow_rows), lambda i: where(int(slow_rows[i])))
+        order = np.empty(len(values), np.int64)
+        order[fast_rows] = np.arange(len(fast_rows))
+        order[slow_rows] = len(fast_rows) + np.arange(len(slow_rows))
+        return pa.concat_arrays([fast, slow]).take(pa.array(order))
+
+    def _spark(self, built: pa.Array) -> pa.Array:
+        return built if self.build_type == self.spark_type else cast(built, self.spark_type)
 
     def _writer(self, schema_id: int) -> tuple[Any, Any]:
         found = self._writers.get(schema_id)
@@ -83,3 +127,12 @@ class AvroDecoder(ColumnDecoder):
             return unresolvable_field(writer, self._reader_json) if writer is not None else None
         except Exception:  # naming the field is a courtesy; the record is bad either way
             return None
+
+
+def _fast_reader(reader_json: Any) -> FastAvroReader | None:
+    """The fast path for this reader schema, or None where it cannot represent the schema (or
+    polars, from the registry extra, is not installed): fastavro decodes everything then."""
+    try:
+        return FastAvroReader(reader_json)
+    except (FastPathRefused, ImportError):
+        return None
