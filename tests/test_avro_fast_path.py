@@ -171,7 +171,7 @@ def rows_of(array: pa.Array) -> list:
             return "NaN"
         if isinstance(v, dict):
             return {k: norm(x) for k, x in v.items()}
-        if isinstance(v, list):
+        if isinstance(v, (list, tuple)):  # map entries come as (key, value) tuples
             return [norm(x) for x in v]
         return v
     return [norm(v) for v in array.to_pylist()]
