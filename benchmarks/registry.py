@@ -16,18 +16,23 @@ the fastavro path it falls back to, and `AvroDeserializer` per record; and, chea
 for Protobuf and JSON Schema records of the same fields.
 
     python -m benchmarks --only registry        (or python -m benchmarks.registry)
+
+It starts its own broker and registry, unless KAFKA_BOOTSTRAP_SERVERS and SCHEMA_REGISTRY_URL
+name them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import statistics
 import tempfile
 import time
 
 #: note length for records of about 200 B and 1 KB of Avro
-SIZES = {"200B": 110, "1KB": 925}
+SIZES = {"200B": 162, "1KB": 1078}
 PAIRS = 3  # alternated measured runs of each reader; medians reported
 
 AVRO_SCHEMA = {
@@ -143,7 +148,8 @@ def spark_reads(spark, bootstrap: str, topic: str, rows: int, registry_url: str)
     return {"avro": read(avro), "binary": read({}), "from_avro": read({}, spark_from_avro=True)}
 
 
-def decoders_alone(values: list[bytes], registry_url: str, schema_id: int) -> dict:
+def decoders_alone(values: list[bytes], registry_url: str, schema_id: int,
+                   pairs: int = PAIRS) -> dict:
     """Rows/s of the decoders in this process, on Arrow batches of 10,000 records."""
     import pyarrow as pa
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -170,7 +176,7 @@ def decoders_alone(values: list[bytes], registry_url: str, schema_id: int) -> di
         return len(values) / (time.perf_counter() - started)
 
     runs: dict[str, list[float]] = {"fast_path": [], "fastavro_path": [], "avro_deserializer": []}
-    for _ in range(PAIRS):
+    for _ in range(pairs):
         runs["fast_path"].append(timed(lambda: [fast.decode(b, where) for b in batches]))
         runs["fastavro_path"].append(timed(lambda: [fallback.decode(b, where) for b in batches]))
         runs["avro_deserializer"].append(timed(lambda: [deserialize(v, ctx) for v in values]))
@@ -179,7 +185,7 @@ def decoders_alone(values: list[bytes], registry_url: str, schema_id: int) -> di
     return {k: round(statistics.median(v)) for k, v in runs.items()}
 
 
-def other_formats_alone(registry_url: str, count: int, note: int) -> dict:
+def other_formats_alone(registry_url: str, count: int, note: int, pairs: int = PAIRS) -> dict:
     """Protobuf and JSON Schema records of the same fields: kafka-eos's decoder against
     confluent-kafka's deserializer, in this process."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -205,7 +211,7 @@ def other_formats_alone(registry_url: str, count: int, note: int) -> dict:
     values = [serializer(cls(**{k: v for k, v in r.items() if v is not None}), ctx) for r in rows]
     out["protobuf"] = _format_pair(
         "protobuf", f"{topic}-value", values, registry_url,
-        ProtobufDeserializer(cls, {"use.deprecated.format": False}), ctx)
+        ProtobufDeserializer(cls, {"use.deprecated.format": False}), ctx, pairs)
 
     json_schema = {"type": "object", "properties": {
         "id": {"type": "integer"}, "user": {"type": "string"}, "country": {"type": "string"},
@@ -218,12 +224,12 @@ def other_formats_alone(registry_url: str, count: int, note: int) -> dict:
     values = [serializer(r, jctx) for r in rows]
     out["json_schema"] = _format_pair(
         "json-schema", f"{jtopic}-value", values, registry_url,
-        JSONDeserializer(json.dumps(json_schema)), jctx)
+        JSONDeserializer(json.dumps(json_schema)), jctx, pairs)
     return out
 
 
 def _format_pair(fmt: str, subject: str, values: list[bytes], registry_url: str, theirs,
-                 ctx) -> dict:
+                 ctx, pairs: int) -> dict:
     import pyarrow as pa
 
     from connectors.schema_registry.decoding import new_decoder, resolve_reader_schema
@@ -234,7 +240,7 @@ def _format_pair(fmt: str, subject: str, values: list[bytes], registry_url: str,
     decoder = new_decoder(opts, resolve_reader_schema(opts, None))
     batches = [pa.array(values[i:i + 10_000], pa.binary()) for i in range(0, len(values), 10_000)]
     ours_runs, theirs_runs = [], []
-    for _ in range(PAIRS):
+    for _ in range(pairs):
         started = time.perf_counter()
         for b in batches:
             decoder.decode(b, lambda i: ("bench", 0, i))
@@ -250,7 +256,7 @@ def _format_pair(fmt: str, subject: str, values: list[bytes], registry_url: str,
 
 
 def measure(spark, bootstrap: str, registry_url: str, *, records: int, partitions: int,
-            note: int, warmup: bool = True) -> dict:
+            note: int, warmup: bool = True, pairs: int = PAIRS) -> dict:
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     from benchmarks.common import in_processes, ratio
@@ -270,7 +276,7 @@ def measure(spark, bootstrap: str, registry_url: str, *, records: int, partition
         in_processes(deserializer_loop, jobs)
         spark_reads(spark, bootstrap, topic, rows, registry_url)
     runs: dict[str, list[float]] = {"avro": [], "binary": [], "from_avro": [], "loop": []}
-    for _ in range(PAIRS):  # alternated, so that the machine's drift hits all alike
+    for _ in range(pairs):  # alternated, so that the machine's drift hits all alike
         for name, rate in spark_reads(spark, bootstrap, topic, rows, registry_url).items():
             runs[name].append(rate)
         results = in_processes(deserializer_loop, jobs)
@@ -289,12 +295,13 @@ def measure(spark, bootstrap: str, registry_url: str, *, records: int, partition
         "ratio_avro_vs_binary": ratio(med["avro"], med["binary"]),
         "ratio_avro_vs_deserializer_loop": ratio(med["avro"], med["loop"]),
         "ratio_avro_vs_spark_from_avro": ratio(med["avro"], med["from_avro"]),
-        "decoders_alone": decoders_alone(values[:min(rows, 50_000)], registry_url, schema_id),
+        "decoders_alone": decoders_alone(values[:min(rows, 50_000)], registry_url, schema_id,
+                                         pairs),
     }
 
 
 def run(bootstrap: str, registry_url: str, *, records: int, partitions: int,
-        warmup: bool = True, sizes: dict[str, int] | None = None) -> dict:
+        warmup: bool = True, sizes: dict[str, int] | None = None, pairs: int = PAIRS) -> dict:
     """Every size in one Spark session that has spark-avro's jar."""
     from connectors.testing import local_spark
     from connectors.testing.spark_avro import spark_avro_jar
@@ -305,9 +312,10 @@ def run(bootstrap: str, registry_url: str, *, records: int, partitions: int,
     try:
         for size, note in (sizes or SIZES).items():
             results[size] = measure(spark, bootstrap, registry_url, records=records,
-                                    partitions=partitions, note=note, warmup=warmup)
+                                    partitions=partitions, note=note, warmup=warmup,
+                                    pairs=pairs)
             results[size]["other_formats_alone"] = other_formats_alone(
-                registry_url, min(records, 20_000), note)
+                registry_url, min(records, 20_000), note, pairs)
             print(size, json.dumps(results[size]), flush=True)
     finally:
         spark.stop()
@@ -343,10 +351,15 @@ def run_section(args, argv: list[str] | None) -> int:
                                                              else argv),
                "machine": machine(), "code": _code_version(),
                "load_average": {"start": load_average()}}
-    with kafka_broker() as broker, schema_registry() as registry:
-        section["sizes"] = run(broker.bootstrap_servers, registry.url,
+    given = os.environ.get("SCHEMA_REGISTRY_URL", "").strip()  # as KAFKA_BOOTSTRAP_SERVERS
+    registry = contextlib.nullcontext(None) if given else schema_registry()
+    with kafka_broker() as broker, registry as started:
+        # --quick: one size, one run of each reader (checks that it all runs)
+        section["sizes"] = run(broker.bootstrap_servers, given or started.url,
                                records=min(args.records, 200_000), partitions=args.partitions,
-                               warmup=args.warmup)
+                               warmup=args.warmup,
+                               sizes=dict(list(SIZES.items())[:1]) if args.quick else None,
+                               pairs=1 if args.quick else PAIRS)
     section["load_average"]["end"] = load_average()
     results["registry"] = section
     write_json(results, json_path)

@@ -124,7 +124,7 @@ class Gen:
             digits = schema["precision"]
             unscaled = r.choice([0, -1, 10**digits - 1, -(10**digits - 1),
                                  r.randint(-10**digits + 1, 10**digits - 1)])
-            return decimal.Decimal(unscaled).scaleb(-schema["scale"])
+            return decimal.Decimal(unscaled).scaleb(-schema["scale"], decimal.Context(prec=80))
         if t in ("record", "error"):
             return {f["name"]: self.value(f["type"]) for f in schema["fields"]}
         if t == "enum":
