@@ -180,20 +180,23 @@ class FastAvroReader:
 
         self._polars = polars
         self.root = plan_fast_path(schema)
-        top = {"type": "record", "name": "top", "fields": [{"name": "v",
-                                                          "type": self.root.header}]}
+        # The wire header is read as a 5-byte fixed field of each record: the values' bytes
+        # go into the block as they are, with no copy that cuts the headers out.
+        top = {"type": "record", "name": "top", "fields": [
+            {"name": "h", "type": {"type": "fixed", "name": "h", "size": HEADER_SIZE}},
+            {"name": "v", "type": self.root.header}]}
         self._header = _container_header(json.dumps(top))
 
     def decode(self, values: pa.Array) -> pa.Array:
-        """`values` (wire-format records, none null, all of this schema's id) decoded into
-        an array of the build type; FastPathRefused if any record does not verify."""
+        """`values` (binary wire-format records, none null, all with this schema's header)
+        decoded into an array of the build type; FastPathRefused if any does not verify."""
         n = len(values)
         if n == 0:
             return pa.array([], self.root.build)
-        body, lengths = _payloads(values)
+        body, lengths = _records(values)
         block = b"".join((self._header, _varint(n), _varint(len(body)), body, SYNC))
         try:
-            frame = self._polars.read_avro(io.BytesIO(block))
+            frame = self._polars.read_avro(io.BytesIO(block), columns=["v"])
         except BaseException as e:  # polars' errors, and its panics (a BaseException)
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -203,25 +206,22 @@ class FastAvroReader:
         column = frame.to_arrow().column("v").combine_chunks()
         buf = np.frombuffer(body, np.uint8)
         built, sizes, parts = _build(self.root, column)
-        if not np.array_equal(sizes, lengths):
+        if not np.array_equal(sizes + HEADER_SIZE, lengths):
             raise FastPathRefused("a record's size is not its payload's")
         if self.root.has_union:
-            starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+            starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) + HEADER_SIZE
             _check_unions(self.root, column, parts, starts, np.ones(n, bool), buf)
         return built
 
 
-def _payloads(values: pa.Array) -> tuple[bytes, np.ndarray]:
-    """The records' payloads (their 5-byte headers cut off) end to end, and their lengths."""
-    if not pa.types.is_large_binary(values.type):
-        values = values.cast(pa.large_binary())
-    offsets = _offsets(values)
-    data = np.frombuffer(values.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
-    keep = np.ones(len(data), bool)
-    starts = offsets[:-1] - offsets[0]
-    for k in range(HEADER_SIZE):
-        keep[starts + k] = False
-    return data[keep].tobytes(), np.diff(offsets) - HEADER_SIZE
+def _records(values: pa.Array) -> tuple[memoryview, np.ndarray]:
+    """The records' bytes end to end (a view of the array's data) and their lengths."""
+    raw = np.frombuffer(values.buffers()[1], np.int64 if pa.types.is_large_binary(values.type)
+                        else np.int32)
+    offsets = raw[values.offset: values.offset + len(values) + 1].astype(np.int64)
+    data = values.buffers()[2]
+    body = memoryview(data)[offsets[0]:offsets[-1]] if data is not None else memoryview(b"")
+    return body, np.diff(offsets)
 
 
 def _container_header(schema_json: str) -> bytes:
