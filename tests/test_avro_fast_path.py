@@ -164,8 +164,25 @@ def where(i: int) -> tuple[str, int, int]:
     return ("t", 0, i)
 
 
+def _plain(t: pa.DataType) -> pa.DataType:
+    """`t` with dates and timestamps as their integers: a corrupted record may hold a date
+    Python cannot represent, which both paths must still agree on."""
+    if pa.types.is_date32(t):
+        return pa.int32()
+    if pa.types.is_timestamp(t):
+        return pa.int64()
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, _plain(t.item_type))
+    if pa.types.is_list(t):
+        return pa.list_(_plain(t.value_type))
+    return t
+
+
 def rows_of(array: pa.Array) -> list:
-    """Rows with NaN made comparable."""
+    """Rows with NaN made comparable, dates and timestamps as integers."""
+    array = array.cast(_plain(array.type))
     def norm(v):
         if isinstance(v, float) and math.isnan(v):
             return "NaN"
