@@ -28,8 +28,9 @@ UTC = dt.timezone.utc
 class Gen:
     """Random Avro schemas (as JSON) and values that fit them."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, refs: bool = True) -> None:
         self.r = random.Random(seed)
+        self.refs = refs  # types referred to by name (off where fields are moved around)
         self.n = 0
         self.named: list[tuple[str, dict]] = []  # full names defined so far, reusable by name
 
@@ -43,7 +44,7 @@ class Gen:
                  "enum", "fixed"] + ["nullable", "nullable"] * union
         if depth < 3:
             kinds += ["record", "array", "map"] + ["nullable"] * union
-        if self.named and r.random() < 0.15:
+        if self.refs and self.named and r.random() < 0.15:
             return self.named[r.randrange(len(self.named))][0]  # a reference by name
         kind = r.choice(kinds)
         if kind == "logical":
@@ -138,8 +139,8 @@ class Gen:
         return self.value(t)
 
 
-def generated(seed: int, rows: int = 60) -> tuple[dict, list[bytes]]:
-    gen = Gen(seed)
+def generated(seed: int, rows: int = 60, refs: bool = True) -> tuple[dict, list[bytes]]:
+    gen = Gen(seed, refs)
     fields = [{"name": f"c{i}", "type": gen.schema()} for i in range(gen.r.randint(1, 8))]
     schema = {"type": "record", "name": "Top", "namespace": "t", "fields": fields}
     parsed = fastavro.parse_schema(schema, named_schemas={})
@@ -309,3 +310,105 @@ def test_a_mixed_batch_keeps_its_order_and_names_bad_records_where_they_are() ->
     from connectors.schema_registry.decoding import MalformedRecordError
     with pytest.raises(MalformedRecordError, match="offset 2"):
         strict.decode(values, where)
+
+
+DEFAULTED = [  # new reader fields, with defaults of each kind the fast path builds
+    {"type": ["null", "string"], "default": None},
+    {"type": "long", "default": 5},
+    {"type": "int", "default": -3},
+    {"type": {"type": "int", "logicalType": "date"}, "default": 19000},
+    {"type": {"type": "long", "logicalType": "timestamp-millis"}, "default": 1700000000000},
+    {"type": "string", "default": "dé"},
+    {"type": "boolean", "default": True},
+    {"type": "double", "default": 1.5},
+    {"type": "float", "default": 2},
+    {"type": ["long", "null"], "default": 7},
+]
+
+
+def evolved(seed: int) -> tuple[dict, dict]:
+    """A writer schema and a later reader schema: some writer fields dropped, fields with
+    defaults added, the rest reordered."""
+    schema, _ = generated(seed, rows=0, refs=False)
+    r = random.Random(seed)
+    writer = json.loads(json.dumps(schema))
+    kept = [f for f in writer["fields"] if r.random() < 0.8] or writer["fields"][:1]
+    added = [dict(r.choice(DEFAULTED), name=f"new{i}") for i in range(r.randint(1, 3))]
+    fields = kept + added
+    r.shuffle(fields)
+    return writer, dict(writer, fields=fields)
+
+
+def with_writer(decoder, writer: dict, writer_id: int):
+    from confluent_kafka.schema_registry import Schema
+
+    known = {writer_id: Schema(json.dumps(writer), "AVRO")}
+    decoder.writer_schema = lambda schema_id, fmt=None: known[schema_id]
+    return decoder
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_records_of_an_older_writer_schema_resolve_as_fastavro_resolves_them(seed: int) -> None:
+    writer, reader = evolved(seed)
+    gen = Gen(seed)
+    gen.named = []
+    parsed = fastavro.parse_schema(writer, named_schemas={})
+    _collect(gen, writer)
+    old = []
+    for _ in range(40):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, gen.value(writer))
+        old.append(b"\x00" + (7).to_bytes(4, "big") + out.getvalue())
+    fast, slow = decoders(reader)
+    for d in (fast, slow):
+        with_writer(d, writer, 7)
+    values = pa.array(old, pa.binary())
+    resolving = fast._fast_for(7)
+    if resolving is None:
+        pytest.fail(f"the fast path refused a trivial resolution: {writer} -> {reader}")
+    assert rows_of(fast._spark(resolving.decode(values))) == rows_of(slow.decode(values, where))
+    assert rows_of(fast.decode(values, where)) == rows_of(slow.decode(values, where))
+
+
+def _collect(gen: Gen, schema) -> None:
+    """The named types of `schema`, for Gen.value to follow references by name."""
+    from connectors.schema_registry.avro_types import _collect_names
+
+    names: dict = {}
+    _collect_names(schema, None, names)
+    gen.named = [(n.rsplit(".", 1)[-1], s) for n, s in names.items()] + list(names.items())
+
+
+@pytest.mark.parametrize(("writer_field", "reader_field"), [
+    ({"name": "a", "type": "int"}, {"name": "a", "type": "long"}),  # a promotion
+    ({"name": "a", "type": "int"}, {"name": "b", "type": "int", "aliases": ["a"]}),
+    ({"name": "a", "type": "int"}, {"name": "b", "type": "int"}),  # new, without a default
+    ({"name": "a", "type": {"type": "enum", "name": "E", "symbols": ["X", "Y"]}},
+     {"name": "a", "type": {"type": "enum", "name": "E", "symbols": ["X"], "default": "X"}}),
+])
+def test_resolutions_beyond_the_trivial_go_to_fastavro(writer_field, reader_field) -> None:
+    writer = {"type": "record", "name": "R", "fields": [writer_field]}
+    reader = {"type": "record", "name": "R", "fields": [reader_field]}
+    fast, slow = decoders(reader, "PERMISSIVE")
+    for d in (fast, slow):
+        with_writer(d, writer, 7)
+    assert fast._fast_for(7) is None
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(writer, named_schemas={}),
+                               {"a": 1 if writer_field["type"] == "int" else "Y"})
+    values = pa.array([b"\x00" + (7).to_bytes(4, "big") + out.getvalue()])
+    assert rows_of(fast.decode(values, where)) == rows_of(slow.decode(values, where))
+
+
+def test_a_batch_of_two_schema_ids_decodes_both_in_order() -> None:
+    writer = {"type": "record", "name": "R", "fields": [{"name": "x", "type": "long"}]}
+    reader = {"type": "record", "name": "R", "fields": [
+        {"name": "x", "type": "long"}, {"name": "y", "type": ["null", "string"],
+                                        "default": None}]}
+    fast, _ = decoders(reader)
+    with_writer(fast, writer, 7)
+    old = b"\x00" + (7).to_bytes(4, "big")
+    new = wire(b"\x02\x02\x02a")  # x=1, y="a"
+    values = pa.array([old + b"\x04", new, old + b"\x06", None])
+    assert fast.decode(values, where).to_pylist() == [
+        {"x": 2, "y": None}, {"x": 1, "y": "a"}, {"x": 3, "y": None}, None]

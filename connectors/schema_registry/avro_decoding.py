@@ -19,10 +19,13 @@ from typing import Any
 import fastavro
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from fastavro.read import SchemaResolutionError
 
-from connectors.schema_registry.avro_fast import FastAvroReader, FastPathRefused
+from connectors.schema_registry.avro_fast import (
+    FastAvroReader,
+    FastPathRefused,
+    ResolvingReader,
+)
 
 from connectors.schema_registry.avro_types import (
     avro_plan,
@@ -54,30 +57,57 @@ class AvroDecoder(ColumnDecoder):
         self._writers: dict[int, tuple[Any, Any]] = {reader.schema_id: (self._reader, None)}
         self._writer_json: dict[int, Any] = {}
         self.fast = _fast_reader(self._reader_json) if self._fixup is None else None
-        self._wire_header = b"\x00" + reader.schema_id.to_bytes(4, "big")
+        self._fast_by_id: dict[int, FastAvroReader | ResolvingReader | None] = {
+            reader.schema_id: self.fast}
 
     def decode(self, values: pa.Array, where: Callable[[int], tuple[str, int, int]]) -> pa.Array:
-        """The records of the reader schema's id through the fast path, the others (and a
-        batch the fast path refuses) record by record."""
+        """Each schema id's records through the fast path where it takes them (the reader
+        schema's own, or a writer schema that resolves trivially), the others (and any group
+        the fast path refuses) record by record, all put back in order."""
         if self.fast is None or len(values) == 0:
             return super().decode(values, where)
-        head = pc.binary_slice(values, 0, len(self._wire_header))
-        ours = np.asarray(pc.fill_null(pc.equal(head, pa.scalar(self._wire_header, head.type)),
-                                       False))
-        if not ours.any():
+        ids = _schema_ids(values)
+        pieces, done = [], []
+        for schema_id in np.unique(ids[ids >= 0]).tolist():
+            reader = self._fast_for(schema_id)
+            if reader is None:
+                continue
+            rows = np.nonzero(ids == schema_id)[0]
+            whole = len(rows) == len(values)
+            try:
+                built = reader.decode(values if whole else values.take(rows))
+            except FastPathRefused:
+                continue
+            if whole:
+                return self._spark(built)
+            pieces.append(built)
+            done.append(rows)
+        if not pieces:
             return super().decode(values, where)
-        try:
-            if ours.all():
-                return self._spark(self.fast.decode(values))
-            fast_rows, slow_rows = np.nonzero(ours)[0], np.nonzero(~ours)[0]
-            fast = self._spark(self.fast.decode(values.take(fast_rows)))
-        except FastPathRefused:
-            return super().decode(values, where)
-        slow = super().decode(values.take(slow_rows), lambda i: where(int(slow_rows[i])))
+        fast_rows = np.concatenate(done)
+        rest = np.ones(len(values), bool)
+        rest[fast_rows] = False
+        slow_rows = np.nonzero(rest)[0]
+        parts = [self._spark(pa.concat_arrays(pieces))]
+        if len(slow_rows):
+            parts.append(super().decode(values.take(slow_rows),
+                                        lambda i: where(int(slow_rows[i]))))
         order = np.empty(len(values), np.int64)
-        order[fast_rows] = np.arange(len(fast_rows))
-        order[slow_rows] = len(fast_rows) + np.arange(len(slow_rows))
-        return pa.concat_arrays([fast, slow]).take(pa.array(order))
+        order[np.concatenate([fast_rows, slow_rows])] = np.arange(len(values))
+        return pa.concat_arrays(parts).take(pa.array(order))
+
+    def _fast_for(self, schema_id: int) -> FastAvroReader | ResolvingReader | None:
+        """The fast path for records of `schema_id`, once per id; None where it takes none."""
+        if schema_id in self._fast_by_id:
+            return self._fast_by_id[schema_id]
+        found: FastAvroReader | ResolvingReader | None = None
+        try:
+            schema = self.writer_schema(schema_id)
+            found = ResolvingReader(json.loads(schema.schema_str), self._reader_json)
+        except (BadRecord, FastPathRefused, ValueError, KeyError, TypeError):
+            found = None  # the record-by-record path says what is wrong, per record
+        self._fast_by_id[schema_id] = found
+        return found
 
     def _spark(self, built: pa.Array) -> pa.Array:
         return built if self.build_type == self.spark_type else cast(built, self.spark_type)
@@ -127,6 +157,26 @@ class AvroDecoder(ColumnDecoder):
             return unresolvable_field(writer, self._reader_json) if writer is not None else None
         except Exception:  # naming the field is a courtesy; the record is bad either way
             return None
+
+
+def _schema_ids(values: pa.Array) -> np.ndarray:
+    """Each record's schema id from its wire header; -1 for a null or a record without one."""
+    n = len(values)
+    raw = np.frombuffer(values.buffers()[1], np.int64 if pa.types.is_large_binary(values.type)
+                        else np.int32)
+    offsets = raw[values.offset: values.offset + n + 1].astype(np.int64)
+    data = values.buffers()[2]
+    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    ok = np.diff(offsets) >= 5
+    if values.null_count:
+        ok &= np.asarray(values.is_valid())
+    starts = offsets[:-1][ok]
+    ok[ok] = data[starts] == 0
+    starts = offsets[:-1][ok]
+    ids = np.full(n, -1, np.int64)
+    ids[ok] = ((data[starts + 1].astype(np.int64) << 24) | (data[starts + 2].astype(np.int64) << 16)
+               | (data[starts + 3].astype(np.int64) << 8) | data[starts + 4])
+    return ids
 
 
 def _fast_reader(reader_json: Any) -> FastAvroReader | None:

@@ -59,6 +59,7 @@ class Node:
     null_index: int = 0  # nullable: the null branch's index (0 or 1)
     has_union: bool = False  # a nullable union below (its index bytes are checked)
     int32: bool = False  # long: an Avro int (range-checked, built as int32 or date)
+    name: str = ""  # record, enum, fixed: the full name (resolution matches named types by it)
     header: Any = field(default=None, repr=False)  # the header schema's JSON for this type
 
 
@@ -113,12 +114,14 @@ def _node(schema: Any, ns: str | None, names: dict[str, Any], seen: tuple[str, .
         header = {"type": "record", "name": uniq.new("r"),
                   "fields": [{"name": n, "type": c.header} for n, c in children]}
         return Node("record", build, children, has_union=any(c.has_union for _, c in children),
-                    header=header)
+                    name=full, header=header)
     if t == "enum":
-        return Node("enum", pa.string(), symbols=tuple(schema["symbols"]), header="long")
+        return Node("enum", pa.string(), symbols=tuple(schema["symbols"]), header="long",
+                    name=_full_name(schema["name"], schema.get("namespace", ns)))
     if t == "fixed":
         size = int(schema["size"])
         return Node("fixed", pa.binary(), size=size,
+                    name=_full_name(schema["name"], schema.get("namespace", ns)),
                     header={"type": "fixed", "name": uniq.new("f"), "size": size})
     if t == "array":
         item = _node(schema["items"], ns, names, seen, uniq)
@@ -473,3 +476,76 @@ def _check_unions(node: Node, arr: pa.Array, parts: list, starts: np.ndarray,
         else:  # the value follows its key
             value_starts = item_starts + list_parts[2]
             _check_unions(child, items.field(1), list_parts[1], value_starts, item_present, buf)
+
+
+# -- writer schemas other than the reader's --------------------------------------------------------
+
+
+class ResolvingReader:
+    """Records of another writer schema whose resolution to the reader schema is trivial: the
+    reader's fields are the writer's (same types, same names) or new ones with a plain
+    default, and the writer's other fields are dropped. The writer's fields are decoded as
+    above and put in the reader's order, a new field filled with its default, as fastavro's
+    resolution gives. FastPathRefused at construction for anything else (promotions,
+    aliases, changed types or symbols): fastavro resolves those record by record."""
+
+    def __init__(self, writer: Any, reader: Any) -> None:
+        self.inner = FastAvroReader(writer)
+        reader_root = plan_fast_path(reader)
+        writer_root = self.inner.root
+        if (writer_root.kind, reader_root.kind) != ("record", "record") or \
+                writer_root.name != reader_root.name:
+            raise FastPathRefused("not two records of one name")
+        names: dict[str, Any] = {}
+        _collect_names(reader, None, names)
+        fields = _resolve(reader, None, names)[0]["fields"]
+        by_name = {n: i for i, (n, _) in enumerate(writer_root.children)}
+        self.steps: list[tuple[int, pa.Array | None]] = []
+        for (name, node), spec in zip(reader_root.children, fields):
+            if "aliases" in spec:
+                raise FastPathRefused("a field with aliases")
+            if name in by_name:
+                if not _same(writer_root.children[by_name[name]][1], node):
+                    raise FastPathRefused(f"field {name} changed")
+                self.steps.append((by_name[name], None))
+            elif "default" in spec:
+                self.steps.append((-1, _default(node, spec["default"])))
+            else:
+                raise FastPathRefused(f"new field {name} without a default")
+        self.build = reader_root.build
+
+    def decode(self, values: pa.Array) -> pa.Array:
+        written = self.inner.decode(values)
+        n = len(written)
+        columns = [written.field(i) if default is None
+                   else default.take(pa.array(np.zeros(n, np.int64)))
+                   for i, default in self.steps]
+        return pa.StructArray.from_arrays(columns, fields=list(self.build))
+
+
+def _same(a: Node, b: Node) -> bool:
+    """Whether two types decode to the same values (the null branch's place aside)."""
+    return (a.kind == b.kind and a.build == b.build and a.size == b.size
+            and a.symbols == b.symbols and a.int32 == b.int32 and a.name == b.name
+            and len(a.children) == len(b.children)
+            and all(an == bn and _same(ac, bc)
+                    for (an, ac), (bn, bc) in zip(a.children, b.children)))
+
+
+def _default(node: Node, value: Any) -> pa.Array:
+    """A field's default as a one-element array of its build type (null, numbers, booleans
+    and strings; other defaults are refused)."""
+    if node.kind == "nullable":
+        child = node.children[0][1]
+        if value is None and node.null_index == 0:
+            return pa.nulls(1, node.build)
+        if value is not None and node.null_index == 1:
+            return _default(child, value)
+        raise FastPathRefused("a union default not of its first branch")
+    plain = {"long": (int, pa.int32() if node.int32 else pa.int64()),
+             "double": ((int, float), pa.float64()), "float": ((int, float), pa.float32()),
+             "string": (str, pa.string()), "bool": (bool, pa.bool_())}
+    if node.kind not in plain or not isinstance(value, plain[node.kind][0]) or (
+            node.kind != "bool" and isinstance(value, bool)):
+        raise FastPathRefused("a default the fast path does not build")
+    return pa.array([value], plain[node.kind][1]).cast(node.build)
