@@ -133,7 +133,11 @@ class Gen:
         if t == "fixed":
             return r.randbytes(schema["size"])
         if t == "array":
-            return [self.value(schema["items"]) for _ in range(r.choice([0, 1, 3, 70]))]
+            flat = schema["items"] in ("int", "long", "string", "boolean", "double")
+            # 70 items: a count that takes two varint bytes, for flat items only (nested
+            # arrays of 70 would multiply)
+            return [self.value(schema["items"]) for _ in range(r.choice([0, 1, 3, 70 if flat
+                                                                           else 4]))]
         if t == "map":
             return {f"k{i}": self.value(schema["values"]) for i in range(r.choice([0, 1, 4]))}
         return self.value(t)
