@@ -1,0 +1,315 @@
+"""A real Confluent-compatible Schema Registry on loopback: Apicurio Registry, run from Maven Central.
+
+Confluent's own registry is on neither Maven Central nor PyPI; Apicurio Registry (Apache-2.0)
+is, and serves the Confluent API at `/apis/ccompat/v7`, which confluent-kafka's
+`SchemaRegistryClient` and its Avro, Protobuf and JSON Schema serializers speak unchanged.
+The 3.0.x line runs on Java 17 (3.1 and later need Java 21), so it runs wherever the suite's
+Apache Kafka does.
+
+Its distribution (`io.apicurio:apicurio-registry-app:<version>:zip:all`, a runner jar and its
+lib/) is fetched once into the jars' cache (`apache_kafka.cache_dir()`), with `mvn` where Maven
+is installed, otherwise with the Ivy that PySpark ships. It runs with in-memory storage, HTTP on
+127.0.0.1 only, global compatibility BACKWARD (Confluent's default; Apicurio's is NONE), content
+ids as schema ids (legacy id mode off, as Confluent numbers them) and warnings-only logs, and it
+dies with the process that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from connectors.testing.apache_kafka import _die_with_parent, _ivy_jar, cache_dir
+from connectors.testing.broker import free_port, port_free
+
+log = logging.getLogger(__name__)
+
+VERSION = "3.0.9"
+COORDINATES = f"io.apicurio:apicurio-registry-app:{VERSION}:zip:all"
+RUNNER_JAR = f"apicurio-registry-app-{VERSION}-runner.jar"
+CCOMPAT_PATH = "/apis/ccompat/v7"
+MIN_JAVA = 17
+COMPATIBILITY = "BACKWARD"
+#: Confluent's conventional port; `kafka-eos registry`'s default.
+DEFAULT_PORT = 8081
+_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+
+class RegistryUnavailable(RuntimeError):
+    """The registry cannot run here; the message says what is missing."""
+
+
+# -- distribution ------------------------------------------------------------------------------
+
+
+def registry_distribution() -> Path:
+    """The unpacked distribution (holding the runner jar), fetched on first use (about 110 MB).
+
+    Idempotent; parallel callers (pytest -n workers on a fresh machine) wait for one fetch."""
+    home = cache_dir() / "apicurio-registry" / VERSION
+    app, done = home / "app", home / "complete"
+    if done.exists():
+        return app
+    java_major()  # no download for a machine that could not run it
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return app
+        work = Path(tempfile.mkdtemp(prefix="fetch-", dir=home))
+        try:
+            log.warning("fetching Apicurio Registry %s from Maven Central into %s (once)",
+                        VERSION, app)
+            archive = _fetch_archive(work)
+            staging = work / "app"
+            with zipfile.ZipFile(archive) as z:
+                z.extractall(staging)
+            if not (staging / RUNNER_JAR).is_file():
+                raise RegistryUnavailable(f"{archive.name} holds no {RUNNER_JAR}")
+            shutil.rmtree(app, ignore_errors=True)
+            staging.rename(app)
+            done.write_text(COORDINATES + "\n")
+            return app
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _fetch_archive(work: Path) -> Path:
+    """The distribution's zip, from Maven Central by mvn or else PySpark's Ivy."""
+    errors = []
+    resolvers = ([_fetch_with_maven] if shutil.which("mvn") else []) + [_fetch_with_ivy]
+    for fetch in resolvers:
+        out = work / f"download-{fetch.__name__}"
+        try:
+            fetch(out, work)
+            found = sorted(out.glob("*.zip"))
+            if found:
+                return found[0]
+            errors.append(f"{fetch.__name__}: no zip downloaded")
+        except (RegistryUnavailable, subprocess.TimeoutExpired, OSError) as e:
+            errors.append(str(e))
+    raise RegistryUnavailable(
+        f"cannot fetch {COORDINATES} from Maven Central"
+        + ("" if shutil.which("mvn") else " (mvn is not installed; tried PySpark's Ivy)")
+        + ": " + " | ".join(errors))
+
+
+def _run_fetch(cmd: list[str], what: str) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        raise RegistryUnavailable(f"{what} could not fetch {COORDINATES} (exit "
+                                  f"{result.returncode}): {(result.stdout + result.stderr)[-1500:]}")
+
+
+def _fetch_with_maven(out: Path, work: Path) -> None:
+    _run_fetch(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={COORDINATES}",
+                f"-DoutputDirectory={out}"], "mvn")
+
+
+def _fetch_with_ivy(out: Path, work: Path) -> None:
+    ivy = _ivy_jar()
+    if ivy is None:
+        raise RegistryUnavailable("neither mvn nor PySpark's Ivy jar is available")
+    group, artifact, version, ext, classifier = COORDINATES.split(":")
+    (work / "ivy.xml").write_text(
+        '<ivy-module version="2.0" xmlns:m="http://ant.apache.org/ivy/maven">'
+        '<info organisation="kafka-eos" module="registry"/><dependencies>'
+        f'<dependency org="{group}" name="{artifact}" rev="{version}" transitive="false">'
+        f'<artifact name="{artifact}" type="{ext}" ext="{ext}" m:classifier="{classifier}"/>'
+        "</dependency></dependencies></ivy-module>\n")
+    _run_fetch(["java", "-jar", str(ivy), "-ivy", str(work / "ivy.xml"), "-cache",
+                str(work / "ivy-cache"), "-retrieve",
+                f"{out}/[artifact]-[revision](-[classifier]).[ext]", "-confs", "default"],
+               "PySpark's Ivy")
+
+
+def java_major() -> int:
+    """The major version of the `java` on PATH; RegistryUnavailable below Java 17 or without."""
+    if shutil.which("java") is None:
+        raise RegistryUnavailable(f"Apicurio Registry needs Java {MIN_JAVA}+ on PATH "
+                                  "(java not found)")
+    result = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60)
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    if not found:
+        raise RegistryUnavailable(f"cannot tell java's version: {result.stderr[-300:]}")
+    major = int(found.group(1))
+    if major == 1 and found.group(2):  # "1.8.0_..."
+        major = int(found.group(2))
+    if major < MIN_JAVA:
+        raise RegistryUnavailable(f"Apicurio Registry {VERSION} needs Java {MIN_JAVA}+; the "
+                                  f"java on PATH is {major}")
+    return major
+
+
+# -- the server ----------------------------------------------------------------------------------
+
+
+def _jvm_command(app: Path, port: int, management_port: int) -> list[str]:
+    properties = {
+        "quarkus.http.host": "127.0.0.1",
+        "quarkus.http.port": str(port),
+        # Unused by 3.0.x (health is on the HTTP port); were it on, it binds every interface.
+        "quarkus.management.host": "127.0.0.1",
+        "quarkus.management.port": str(management_port),
+        # The rule applied when none is configured; /config reports it only once set (start()).
+        "apicurio.rules.global.compatibility": COMPATIBILITY,
+        "apicurio.ccompat.legacy-id-mode.enabled": "false",
+        "quarkus.banner.enabled": "false",
+        "quarkus.http.access-log.enabled": "false",
+        "quarkus.log.level": "WARN",
+        'quarkus.log.category."io.apicurio".level': "WARN",
+    }
+    # C1 only and a serial collector: half the CPU of a start on a loaded 2-core machine; a
+    # registry serves a few schema look-ups per query, never a hot path.
+    return ["java", "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true", *(f"-D{k}={v}" for k, v in properties.items()),
+            "-jar", str(app / RUNNER_JAR)]
+
+
+@dataclass
+class SchemaRegistry:
+    """A running Apicurio Registry (`schema_registry()`)."""
+
+    port: int
+    workdir: Path
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        """The Confluent API's base URL: `schema.registry.url`, `SchemaRegistryClient`'s url."""
+        return f"http://127.0.0.1:{self.port}{CCOMPAT_PATH}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        with contextlib.suppress(OSError):
+            return (self.workdir / "registry.log").read_text(errors="replace")[-chars:]
+        return ""
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 20 s; idempotent."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGCONT)
+        self.process.terminate()
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+
+
+def _request(url: str, method: str = "GET", body: dict | None = None,
+             timeout_s: float = 5.0) -> tuple[int, object]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def _wait_until_ready(registry: SchemaRegistry, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if not registry.alive():
+            raise RegistryUnavailable(f"Apicurio Registry exited (status "
+                                      f"{registry.process.poll()}):\n{registry.log_tail()}")
+        try:
+            status, _ = _request(f"{registry.url}/subjects", timeout_s=2)
+            if status == 200:
+                return
+            last = f"HTTP {status}"
+        except (OSError, ValueError) as e:
+            last = str(e)
+        time.sleep(0.25)
+    raise RegistryUnavailable(f"Apicurio Registry did not answer at {registry.url} within "
+                              f"{timeout_s:.0f} s ({last}):\n{registry.log_tail()}")
+
+
+def start_registry(port: int | None = None, timeout_s: float = 120) -> SchemaRegistry:
+    """Fetch (once) and start a registry on 127.0.0.1:`port` (a free one if None); returns once
+    the Confluent API answers and global compatibility is BACKWARD. The caller stops it."""
+    app = registry_distribution()
+    for attempt in range(3):
+        # A free port may be taken between picking and binding on a busy machine: pick again.
+        chosen = port or free_port()
+        if port and not port_free(port):
+            raise RegistryUnavailable(f"port {port} on 127.0.0.1 is in use")
+        workdir = Path(tempfile.mkdtemp(prefix="apicurio-registry-"))
+        registry = SchemaRegistry(chosen, workdir)
+        with open(workdir / "registry.log", "ab") as out:
+            registry.process = subprocess.Popen(
+                _jvm_command(app, chosen, free_port()), cwd=workdir, stdout=out,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent)
+        try:
+            _wait_until_ready(registry, timeout_s)
+            _set_global_compatibility(registry)
+            log.info("Apicurio Registry %s at %s (pid %d)", VERSION, registry.url, registry.pid)
+            return registry
+        except BaseException as e:
+            registry.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
+            if (attempt == 2 or port or not isinstance(e, RegistryUnavailable)
+                    or "already in use" not in str(e)):
+                raise
+            log.warning("Apicurio Registry: port %d was taken meanwhile; starting again", chosen)
+    raise AssertionError("unreachable")
+
+
+def _set_global_compatibility(registry: SchemaRegistry) -> None:
+    """As Confluent's registry has it. The start-up flag already enforces it; this makes the
+    Confluent API's /config report it too."""
+    status, answer = _request(f"{registry.url}/config", "PUT", {"compatibility": COMPATIBILITY})
+    if status != 200 or (answer or {}).get("compatibilityLevel") != COMPATIBILITY:
+        raise RegistryUnavailable(f"setting global compatibility {COMPATIBILITY} failed: HTTP "
+                                  f"{status} {answer}")
+
+
+def stop_registry(registry: SchemaRegistry) -> None:
+    """Stop it and delete its working directory."""
+    registry.stop()
+    shutil.rmtree(registry.workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def schema_registry(port: int | None = None,
+                    progress: Callable[[str], None] | None = None) -> Iterator[SchemaRegistry]:
+    """A registry for the block: fetched once, started, stopped (with its data) on exit.
+    `progress` hears the slow steps (a first fetch, the JVM's start)."""
+    if progress:
+        if not (cache_dir() / "apicurio-registry" / VERSION / "complete").exists():
+            progress(f"fetching Apicurio Registry {VERSION} from Maven Central into "
+                     f"{cache_dir()} (once, about 110 MB)")
+        progress(f"starting Apicurio Registry {VERSION}")
+    registry = start_registry(port)
+    try:
+        yield registry
+    finally:
+        stop_registry(registry)
