@@ -122,6 +122,9 @@ def _fetch_with_maven(out: Path, work: Path) -> None:
 
 
 def _fetch_with_ivy(out: Path, work: Path) -> None:
+    """Maven Central's default Ivy resolver, told not to read the pom: the artifact's parent pom
+    (`io.apicurio:apicurio-registry`) is not published there, and Ivy stops at a missing parent
+    where `mvn dependency:copy` does not."""
     ivy = _ivy_jar()
     if ivy is None:
         raise RegistryUnavailable("neither mvn nor PySpark's Ivy jar is available")
@@ -132,7 +135,12 @@ def _fetch_with_ivy(out: Path, work: Path) -> None:
         f'<dependency org="{group}" name="{artifact}" rev="{version}" transitive="false">'
         f'<artifact name="{artifact}" type="{ext}" ext="{ext}" m:classifier="{classifier}"/>'
         "</dependency></dependencies></ivy-module>\n")
-    _run_fetch(["java", "-jar", str(ivy), "-ivy", str(work / "ivy.xml"), "-cache",
+    (work / "ivysettings.xml").write_text(
+        '<ivysettings><settings defaultResolver="central"/><resolvers>'
+        '<ibiblio name="central" m2compatible="true" usepoms="false"/>'
+        "</resolvers></ivysettings>\n")
+    _run_fetch(["java", "-jar", str(ivy), "-settings", str(work / "ivysettings.xml"),
+                "-ivy", str(work / "ivy.xml"), "-cache",
                 str(work / "ivy-cache"), "-retrieve",
                 f"{out}/[artifact]-[revision](-[classifier]).[ext]", "-confs", "default"],
                "PySpark's Ivy")
@@ -276,11 +284,16 @@ def start_registry(port: int | None = None, timeout_s: float = 120) -> SchemaReg
         except BaseException as e:
             registry.stop()
             shutil.rmtree(workdir, ignore_errors=True)
-            if (attempt == 2 or port or not isinstance(e, RegistryUnavailable)
-                    or "already in use" not in str(e)):
+            if attempt == 2 or port or not _port_taken(e):
                 raise
             log.warning("Apicurio Registry: port %d was taken meanwhile; starting again", chosen)
     raise AssertionError("unreachable")
+
+
+def _port_taken(error: BaseException) -> bool:
+    """Quarkus's words for a port another process bound first."""
+    return isinstance(error, RegistryUnavailable) and (
+        "in use by another process" in str(error) or "Address already in use" in str(error))
 
 
 def _set_global_compatibility(registry: SchemaRegistry) -> None:
