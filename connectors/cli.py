@@ -1,4 +1,4 @@
-"""The command line: `python -m connectors demo|broker|inspect|resolve ...`, also installed as
+"""The command line: `python -m connectors demo|broker|registry|inspect|resolve ...`, also installed as
 `kafka-eos ...`.
 
 Bad arguments get one line on stderr and exit status 2, never a traceback. Exit status 1 means
@@ -144,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "Apache Kafka from its Maven jars where Java and the jars (cached, "
                            "or Maven Central) are there, else the embedded broker")
     _add_broker_command(commands)
+    _add_registry_command(commands)
     _add_operator_commands(commands)
     return parser
 
@@ -183,6 +184,27 @@ def _add_broker_command(commands) -> None:
                              "apache-kafka: Apache Kafka or an error; embedded: the embedded "
                              "broker")
     broker.set_defaults(command_parser=broker)
+
+
+def _add_registry_command(commands) -> None:
+    """`registry`: a local Schema Registry for a user's own pipelines, until Ctrl-C."""
+    registry = commands.add_parser(
+        "registry",
+        help="start a local Confluent-compatible Schema Registry; print its URL and run until "
+             "Ctrl-C",
+        description=(
+            "Start a local Schema Registry on 127.0.0.1, print its URL (the Confluent API: "
+            "schema.registry.url, SchemaRegistryClient's url) and run until Ctrl-C (or SIGTERM), "
+            "then stop it; its schemas live in memory and go with it. It is the test suite's "
+            "registry: Apicurio Registry from Maven Central (fetched once into "
+            "~/.cache/kafka-eos, about 110 MB; needs Java 17), global compatibility BACKWARD as "
+            "Confluent's. Exit status: 0 stopped by Ctrl-C, 3 could not run."
+        ),
+        formatter_class=_Help,
+    )
+    registry.add_argument("--port", type=_port, default=8081,
+                          help="its HTTP port on 127.0.0.1; 0 picks a free one")
+    registry.set_defaults(command_parser=registry)
 
 
 def _add_operator_commands(commands) -> None:
@@ -302,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         return _resolve(args)
     if args.command == "broker":
         return _broker(args)
+    if args.command == "registry":
+        return _registry(args)
     if args.partitions > args.records:
         parser.error(f"argument --records: must be at least --partitions ({args.partitions})")
     if args.keys is not None and not args.upsert:
@@ -376,6 +400,39 @@ def _broker(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_RUN
     except KeyboardInterrupt:
         print(f"{PROG} broker: stopped", flush=True)
+        return EXIT_OK
+
+
+def _registry(args: argparse.Namespace) -> int:
+    """Run a local Schema Registry until Ctrl-C or SIGTERM. Its URL goes to stdout as
+    `schema registry url: URL` (a line scripts can read)."""
+    import signal
+    import time
+
+    from connectors.testing.schema_registry import VERSION, RegistryUnavailable, schema_registry
+
+    def stop(signum, frame):  # SIGTERM: the same clean stop as Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        with schema_registry(args.port or None, progress=lambda text: print(
+                f"{PROG} registry: {text}...", flush=True)) as registry:
+            print(f"Schema Registry: Apicurio Registry {VERSION} (the Confluent API, global "
+                  f"compatibility BACKWARD) at {registry.url}; its schemas are in memory and "
+                  "go when it stops")
+            print(f"schema registry url: {registry.url}")
+            print("Running until Ctrl-C.", flush=True)
+            while registry.alive():
+                time.sleep(0.5)
+            print(f"{PROG} registry: error: the registry exited on its own:\n"
+                  f"{registry.log_tail(1500)}", file=sys.stderr)
+            return EXIT_CANNOT_RUN
+    except RegistryUnavailable as exc:
+        print(f"{PROG} registry: error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except KeyboardInterrupt:
+        print(f"{PROG} registry: stopped", flush=True)
         return EXIT_OK
 
 

@@ -133,3 +133,31 @@ def postgres():
     with postgres_server() as server:
         print(f"\nPostgreSQL for this run: {server.version} at {server.host}:{server.port}")
         yield server
+
+
+@pytest.fixture(scope="session")
+def schema_registry():
+    """A real Confluent-compatible Schema Registry (Apicurio, on loopback, global compatibility
+    BACKWARD), started on first use: one per pytest worker, shared by its modules. Subjects
+    outlive a test: name them after the test's own topic."""
+    from connectors.testing.schema_registry import schema_registry as started
+
+    with started() as registry:
+        print(f"\nSchema Registry for this run: {registry.url}")
+        yield registry
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(schema_registry) -> str:
+    """The registry's Confluent API base URL (`schema.registry.url`)."""
+    return schema_registry.url
+
+
+@pytest.fixture(scope="session")
+def secured_schema_registry():
+    """A second registry serving HTTPS only with basic auth, started on first use;
+    `.client_config()` gives a client's settings (url, ssl.ca.location, basic.auth.user.info)."""
+    from connectors.testing.schema_registry import schema_registry as started
+
+    with started(secured=True) as registry:
+        yield registry

@@ -11,19 +11,24 @@ lib/) is fetched once into the jars' cache (`apache_kafka.cache_dir()`), with `m
 is installed, otherwise with the Ivy that PySpark ships. It runs with in-memory storage, HTTP on
 127.0.0.1 only, global compatibility BACKWARD (Confluent's default; Apicurio's is NONE), content
 ids as schema ids (legacy id mode off, as Confluent numbers them) and warnings-only logs, and it
-dies with the process that started it.
+dies with the process that started it. `secured=True` serves HTTPS only (a throwaway CA from
+`connectors.testing.certs`) and requires basic auth (`SchemaRegistry.client_config()` has the
+client's settings); the password stays in a mode-0700 config folder, off the command line.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -167,8 +172,20 @@ def java_major() -> int:
 # -- the server ----------------------------------------------------------------------------------
 
 
-def _jvm_command(app: Path, port: int, management_port: int) -> list[str]:
-    properties = {
+@dataclass(frozen=True)
+class RegistrySecurity:
+    """A secured registry's TLS and basic-auth material (`schema_registry(secured=True)`)."""
+
+    ca_location: str
+    username: str
+    password: str = field(repr=False)
+    #: A CA that did not sign the server's certificate (for a client's refusal).
+    other_ca_location: str = ""
+
+
+def _server_properties(port: int, management_port: int,
+                       security: RegistrySecurity | None, pki_dir: Path | None) -> dict[str, str]:
+    props = {
         "quarkus.http.host": "127.0.0.1",
         "quarkus.http.port": str(port),
         # Unused by 3.0.x (health is on the HTTP port); were it on, it binds every interface.
@@ -182,11 +199,39 @@ def _jvm_command(app: Path, port: int, management_port: int) -> list[str]:
         "quarkus.log.level": "WARN",
         'quarkus.log.category."io.apicurio".level': "WARN",
     }
-    # C1 only and a serial collector: half the CPU of a start on a loaded 2-core machine; a
-    # registry serves a few schema look-ups per query, never a hot path.
+    if security is not None and pki_dir is not None:
+        props.update({
+            # HTTPS only, on the port the caller asked for; plain HTTP takes a throwaway port.
+            "quarkus.http.ssl-port": str(port),
+            "quarkus.http.port": str(free_port()),
+            "quarkus.http.insecure-requests": "disabled",
+            "quarkus.http.ssl.certificate.files": str(pki_dir / "server.pem"),
+            "quarkus.http.ssl.certificate.key-files": str(pki_dir / "server.key"),
+            # Basic auth against one embedded user, on every API path.
+            "quarkus.http.auth.basic": "true",
+            "quarkus.security.users.embedded.enabled": "true",
+            "quarkus.security.users.embedded.plain-text": "true",
+            f"quarkus.security.users.embedded.users.{security.username}": security.password,
+            "quarkus.http.auth.permission.registry.paths": "/apis/*",
+            "quarkus.http.auth.permission.registry.policy": "authenticated",
+        })
+    return props
+
+
+def _jvm_command(app: Path) -> list[str]:
+    # C1 only and a serial collector: less CPU for a start on a loaded 2-core machine; a
+    # registry serves a few schema look-ups per query, never a hot path. The settings are in
+    # config/application.properties of the working directory (Quarkus reads it): the password
+    # of a secured one stays off the command line.
     return ["java", "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-Djava.awt.headless=true", *(f"-D{k}={v}" for k, v in properties.items()),
-            "-jar", str(app / RUNNER_JAR)]
+            "-Djava.awt.headless=true", "-jar", str(app / RUNNER_JAR)]
+
+
+def _properties_text(props: dict[str, str]) -> str:
+    def escape(text: str) -> str:
+        return text.replace("\\", "\\\\").replace(":", "\\:").replace("=", "\\=")
+
+    return "".join(f"{escape(k)}={escape(v)}\n" for k, v in props.items())
 
 
 @dataclass
@@ -195,12 +240,24 @@ class SchemaRegistry:
 
     port: int
     workdir: Path
+    security: RegistrySecurity | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
         """The Confluent API's base URL: `schema.registry.url`, `SchemaRegistryClient`'s url."""
-        return f"http://127.0.0.1:{self.port}{CCOMPAT_PATH}"
+        scheme = "https" if self.security else "http"
+        return f"{scheme}://127.0.0.1:{self.port}{CCOMPAT_PATH}"
+
+    def client_config(self) -> dict[str, str]:
+        """`SchemaRegistryClient`'s configuration (the `schema.registry.` options without the
+        prefix): the url, and for a secured registry its CA and basic-auth credentials."""
+        conf = {"url": self.url}
+        if self.security:
+            conf.update({"ssl.ca.location": self.security.ca_location,
+                         "basic.auth.user.info":
+                             f"{self.security.username}:{self.security.password}"})
+        return conf
 
     @property
     def pid(self) -> int | None:
@@ -213,6 +270,24 @@ class SchemaRegistry:
         with contextlib.suppress(OSError):
             return (self.workdir / "registry.log").read_text(errors="replace")[-chars:]
         return ""
+
+    def request(self, path: str, method: str = "GET", body: dict | None = None,
+                timeout_s: float = 5.0) -> tuple[int, object]:
+        """(HTTP status, decoded JSON answer) of one Confluent API call, as a client with this
+        registry's credentials makes it."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE}
+        context = None
+        if self.security:
+            context = ssl.create_default_context(cafile=self.security.ca_location)
+            token = f"{self.security.username}:{self.security.password}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 20 s; idempotent."""
@@ -229,18 +304,6 @@ class SchemaRegistry:
         self.process = None
 
 
-def _request(url: str, method: str = "GET", body: dict | None = None,
-             timeout_s: float = 5.0) -> tuple[int, object]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
-
-
 def _wait_until_ready(registry: SchemaRegistry, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     last = "no answer"
@@ -249,7 +312,7 @@ def _wait_until_ready(registry: SchemaRegistry, timeout_s: float) -> None:
             raise RegistryUnavailable(f"Apicurio Registry exited (status "
                                       f"{registry.process.poll()}):\n{registry.log_tail()}")
         try:
-            status, _ = _request(f"{registry.url}/subjects", timeout_s=2)
+            status, _ = registry.request("/subjects", timeout_s=2)
             if status == 200:
                 return
             last = f"HTTP {status}"
@@ -260,30 +323,44 @@ def _wait_until_ready(registry: SchemaRegistry, timeout_s: float) -> None:
                               f"{timeout_s:.0f} s ({last}):\n{registry.log_tail()}")
 
 
-def start_registry(port: int | None = None, timeout_s: float = 120) -> SchemaRegistry:
+def start_registry(port: int | None = None, *, secured: bool = False,
+                   timeout_s: float = 120) -> SchemaRegistry:
     """Fetch (once) and start a registry on 127.0.0.1:`port` (a free one if None); returns once
-    the Confluent API answers and global compatibility is BACKWARD. The caller stops it."""
+    the Confluent API answers and global compatibility is BACKWARD. The caller stops it
+    (`stop_registry`). `secured`: HTTPS only, with a throwaway CA, and basic auth."""
+    java_major()
+    if port and not port_free(port):
+        raise RegistryUnavailable(f"port {port} is in use on 127.0.0.1 (another registry?): "
+                                  "choose another with --port, or --port 0 for any free one")
     app = registry_distribution()
     for attempt in range(3):
         # A free port may be taken between picking and binding on a busy machine: pick again.
         chosen = port or free_port()
-        if port and not port_free(port):
-            raise RegistryUnavailable(f"port {port} on 127.0.0.1 is in use")
         workdir = Path(tempfile.mkdtemp(prefix="apicurio-registry-"))
-        registry = SchemaRegistry(chosen, workdir)
+        security, pki_dir = None, None
+        if secured:
+            from connectors.testing.certs import generate_test_pki
+
+            pki = generate_test_pki(str(workdir / "pki"))
+            pki_dir = workdir / "pki"
+            security = RegistrySecurity(pki.ca_pem, "registry-user", secrets.token_urlsafe(16),
+                                        pki.other_ca_pem)
+        config = workdir / "config"
+        config.mkdir(mode=0o700)
+        props = _server_properties(chosen, free_port(), security, pki_dir)
+        (config / "application.properties").write_text(_properties_text(props))
+        registry = SchemaRegistry(chosen, workdir, security)
         with open(workdir / "registry.log", "ab") as out:
             registry.process = subprocess.Popen(
-                _jvm_command(app, chosen, free_port()), cwd=workdir, stdout=out,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_die_with_parent)
+                _jvm_command(app), cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
         try:
             _wait_until_ready(registry, timeout_s)
             _set_global_compatibility(registry)
             log.info("Apicurio Registry %s at %s (pid %d)", VERSION, registry.url, registry.pid)
             return registry
         except BaseException as e:
-            registry.stop()
-            shutil.rmtree(workdir, ignore_errors=True)
+            stop_registry(registry)
             if attempt == 2 or port or not _port_taken(e):
                 raise
             log.warning("Apicurio Registry: port %d was taken meanwhile; starting again", chosen)
@@ -297,22 +374,23 @@ def _port_taken(error: BaseException) -> bool:
 
 
 def _set_global_compatibility(registry: SchemaRegistry) -> None:
-    """As Confluent's registry has it. The start-up flag already enforces it; this makes the
+    """As Confluent's registry has it. The start-up setting already enforces it; this makes the
     Confluent API's /config report it too."""
-    status, answer = _request(f"{registry.url}/config", "PUT", {"compatibility": COMPATIBILITY})
-    if status != 200 or (answer or {}).get("compatibilityLevel") != COMPATIBILITY:
+    status, answer = registry.request("/config", "PUT", {"compatibility": COMPATIBILITY})
+    if status != 200 or not isinstance(answer, dict) or \
+            answer.get("compatibilityLevel") != COMPATIBILITY:
         raise RegistryUnavailable(f"setting global compatibility {COMPATIBILITY} failed: HTTP "
                                   f"{status} {answer}")
 
 
 def stop_registry(registry: SchemaRegistry) -> None:
-    """Stop it and delete its working directory."""
+    """Stop it and delete its working directory (its certificates included)."""
     registry.stop()
     shutil.rmtree(registry.workdir, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def schema_registry(port: int | None = None,
+def schema_registry(port: int | None = None, *, secured: bool = False,
                     progress: Callable[[str], None] | None = None) -> Iterator[SchemaRegistry]:
     """A registry for the block: fetched once, started, stopped (with its data) on exit.
     `progress` hears the slow steps (a first fetch, the JVM's start)."""
@@ -321,7 +399,7 @@ def schema_registry(port: int | None = None,
             progress(f"fetching Apicurio Registry {VERSION} from Maven Central into "
                      f"{cache_dir()} (once, about 110 MB)")
         progress(f"starting Apicurio Registry {VERSION}")
-    registry = start_registry(port)
+    registry = start_registry(port, secured=secured)
     try:
         yield registry
     finally:
