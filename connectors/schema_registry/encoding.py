@@ -151,7 +151,7 @@ class AvroEncoder(Encoder):
         if self.plan.derived:
             # timestamp-micros, local-timestamp-micros and date take the integers as they are:
             # no datetime object per value
-            column = column.cast(_integral_times(column.type))
+            column = _cast_times(column)
         return super().rows(column)
 
     def field_at_fault(self, record: dict, error: Exception) -> str | None:
@@ -178,21 +178,37 @@ def _strip_record_prefix(name: str, schema: Any) -> str:
 
 
 def _integral_times(t: pa.DataType) -> pa.DataType:
-    """`t` with every timestamp as int64 (micros) and date as int32 (days), recursively."""
+    """`t` with every timestamp as int64 (micros) and date as int32 (days), recursively, and
+    every field nullable (a null struct's non-nullable children hold nulls in Arrow, which a
+    cast to a non-nullable field refuses)."""
     if pa.types.is_timestamp(t):
         return pa.int64()
     if pa.types.is_date32(t):
         return pa.int32()
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_integral_times(f.type)) for f in t])
+        return pa.struct([_nullable(f) for f in t])
     if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_integral_times(t.value_type)))
+        return pa.large_list(_nullable(t.value_field))
     if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_integral_times(t.value_type)))
+        return pa.list_(_nullable(t.value_field))
     if pa.types.is_map(t):
-        return pa.map_(t.key_field.with_type(_integral_times(t.key_type)),
-                       t.item_field.with_type(_integral_times(t.item_type)))
+        return pa.map_(t.key_field.with_type(_integral_times(t.key_type)), _nullable(t.item_field))
     return t
+
+
+def _nullable(f: pa.Field) -> pa.Field:
+    return f.with_type(_integral_times(f.type)).with_nullable(True)
+
+
+def _has_times(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t) or pa.types.is_date32(t):
+        return True
+    return any(_has_times(t.field(i).type) for i in range(t.num_fields))
+
+
+def _cast_times(column: pa.Array) -> pa.Array:
+    """The column with integral times (see _integral_times), when it holds any."""
+    return column.cast(_integral_times(column.type)) if _has_times(column.type) else column
 
 
 # -- JSON Schema ------------------------------------------------------------------------------
@@ -274,7 +290,7 @@ class ProtobufEncoder(Encoder):
         self.prefix = wire_prefix(plan.schema_id, plan.message_indexes)
 
     def rows(self, column: pa.Array) -> list[Any]:
-        return super().rows(column.cast(_integral_times(column.type)))
+        return super().rows(_cast_times(column))
 
     def encode_one(self, record: dict) -> bytes:
         msg = self.message_class()

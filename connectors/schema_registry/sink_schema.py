@@ -211,7 +211,16 @@ def _message_of(fmt: str, schema_str: str, registry: SinkRegistry) -> dict[str, 
         return {}
     from google.protobuf import descriptor_pb2
 
-    fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(schema_str))
+    try:
+        fdp = descriptor_pb2.FileDescriptorProto.FromString(
+            base64.b64decode(schema_str, validate=True))
+    except Exception:  # noqa: BLE001 (text, not a descriptor)
+        raise OptionError(USE_LATEST_OPTION, f"the registry at {registry.opts.safe_url} gave the "
+                          "latest Protobuf schema as .proto text although the serialized "
+                          "descriptor was asked for (format=serialized; Apicurio Registry 3.0.x "
+                          "answers so for schemas registered as text): register the version as "
+                          "a base64 FileDescriptorProto, as confluent-kafka's ProtobufSerializer "
+                          "does, or use a registry that serves format=serialized") from None
     prefix = f"{fdp.package}." if fdp.package else ""
     wanted = registry.opts.record_name
     for i, msg in enumerate(fdp.message_type):
