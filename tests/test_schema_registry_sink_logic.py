@@ -329,3 +329,15 @@ def test_use_latest_version_checks_the_column_against_the_schema():
     _fits("protobuf", PAINT, proto, message_name="shop.Paint")
     with pytest.raises(OptionError, match=r"field 'value\.shade' is not in message shop\.Paint"):
         _fits("protobuf", extra, proto, message_name="shop.Paint")
+
+
+def test_nested_maps_become_dicts_as_pyarrows_own_conversion_makes_them():
+    from connectors.schema_registry.encoding import Encoder
+
+    t = pa.struct([("m", pa.map_(pa.string(), pa.map_(pa.string(), pa.int32()))),
+                   ("l", pa.list_(pa.struct([("mm", pa.map_(pa.int32(), pa.string()))])))])
+    values = pa.array([{"m": [("a", [("b", 1)]), ("c", None)], "l": [{"mm": [(1, "x")]}, None]},
+                       None, {"m": None, "l": None}], type=t)
+    rows = Encoder.rows(encoder_for(_plan("avro", json.dumps(PAINT_AVRO), derived=False)),
+                        values)
+    assert rows == values.to_pylist(maps_as_pydicts="strict")
