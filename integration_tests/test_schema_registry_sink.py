@@ -312,3 +312,35 @@ def test_a_row_that_does_not_fit_fails_the_batch_and_nothing_is_visible(
     assert "field 'value.color'" in error, error
     assert f"partition 1 offset {bad}" in error, error
     assert committed(bootstrap, out) == []
+
+
+@pytest.mark.parametrize("fmt", ["avro", "json-schema"])
+def test_a_nullable_field_added_to_the_column_registers_a_new_version(
+        fmt, schema_registry_url, registry_client):
+    """What a restarted query with one more nullable field does at its start (the driver's
+    step, without Spark): the derived schema is a new, BACKWARD-compatible version of the
+    subject; a required field added is refused by the registry, naming the subject."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from connectors.options import OptionError, Options
+    from connectors.schema_registry.client import clear_caches
+    from connectors.schema_registry.sink_schema import parse_sink_registries, resolve_plan
+
+    assert registry_client.get_compatibility() == "BACKWARD"
+    topic = unique_topic(f"srevo-{fmt}")
+    v1 = StructType([StructField("id", LongType(), False), StructField("name", StringType())])
+
+    def plan(fields: list) -> int:
+        opts = Options({"schema.registry.url": schema_registry_url, "valueFormat": fmt})
+        column = StructType([StructField("value", StructType(fields))])
+        clear_caches()
+        return resolve_plan(parse_sink_registries(opts, column, topic)["value"], topic).schema_id
+
+    first = plan(v1.fields)
+    assert plan(v1.fields) == first  # the same schema keeps its id
+    second = plan([*v1.fields, StructField("note", StringType())])
+    assert second != first
+    assert registry_client.get_versions(f"{topic}-value") == [1, 2]
+    with pytest.raises(OptionError, match=rf"Option 'valueFormat'.*subject '{topic}-value'"):
+        plan([*v1.fields, StructField("note", StringType()),
+              StructField("size", LongType(), False)])

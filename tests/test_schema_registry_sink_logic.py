@@ -89,19 +89,24 @@ def test_avro_follows_spark_to_avro():
     schema = avro_schema(ROW)
     assert schema["name"] == "topLevelRecord" and "namespace" not in schema
     fields = {f["name"]: f["type"] for f in schema["fields"]}
+    defaults = {f["name"]: f["default"] for f in schema["fields"] if "default" in f}
     assert fields["id"] == "long"
-    assert fields["name"] == ["string", "null"]  # Spark puts null second
-    assert fields["amount"] == [{"type": "fixed", "name": "topLevelRecord.amount.fixed",
-                                 "size": 5, "logicalType": "decimal", "precision": 10,
-                                 "scale": 2}, "null"]
-    assert fields["day"] == [{"type": "int", "logicalType": "date"}, "null"]
-    assert fields["ts"] == [{"type": "long", "logicalType": "timestamp-micros"}, "null"]
-    assert fields["local"] == [{"type": "long", "logicalType": "local-timestamp-micros"}, "null"]
-    assert fields["tags"] == [{"type": "array", "items": "string"}, "null"]
-    assert fields["attrs"] == [{"type": "map", "values": "int"}, "null"]
-    assert fields["addr"] == [{"type": "record", "name": "addr", "namespace": "topLevelRecord",
-                               "fields": [{"name": "city", "type": ["string", "null"]},
-                                          {"name": "zip", "type": "int"}]}, "null"]
+    # null first with a null default, so that adding a nullable field stays compatible
+    assert fields["name"] == ["null", "string"]
+    assert defaults == {name: None for name in fields if name != "id"}
+    assert fields["amount"] == ["null", {"type": "fixed", "name": "topLevelRecord.amount.fixed",
+                                         "size": 5, "logicalType": "decimal", "precision": 10,
+                                         "scale": 2}]
+    assert fields["day"] == ["null", {"type": "int", "logicalType": "date"}]
+    assert fields["ts"] == ["null", {"type": "long", "logicalType": "timestamp-micros"}]
+    assert fields["local"] == ["null", {"type": "long", "logicalType": "local-timestamp-micros"}]
+    assert fields["tags"] == ["null", {"type": "array", "items": "string"}]
+    assert fields["attrs"] == ["null", {"type": "map", "values": "int"}]
+    assert fields["addr"] == ["null", {"type": "record", "name": "addr",
+                                       "namespace": "topLevelRecord",
+                                       "fields": [{"name": "city", "type": ["null", "string"],
+                                                   "default": None},
+                                                  {"name": "zip", "type": "int"}]}]
     fastavro.parse_schema(schema)  # a valid schema
 
 
@@ -239,7 +244,8 @@ def test_a_row_that_does_not_fit_names_the_field_and_the_row():
     rows = pa.array([{"id": 1, "color": "RED"}, {"id": 2, "color": "BLUE"}], type=PAINT_ARROW)
     avro = encoder_for(_plan("avro", json.dumps(PAINT_AVRO), derived=False))
     with pytest.raises(RowDoesNotFit, match=r"field 'value\.color' of source row 7 does not fit "
-                                            r"the avro schema id 42 of subject 't-value'"):
+                                            r"the avro schema id 42 of subject 't-value': "
+                                            r"'BLUE' is not a symbol of enum shop\.Color"):
         avro.encode(rows, where=lambda row: f"source row {row + 6}")
     missing = pa.array([{"id": None, "color": "RED"}], type=PAINT_ARROW)
     with pytest.raises(RowDoesNotFit, match=r"field 'value\.id' of row 0"):

@@ -118,18 +118,16 @@ class Encoder(ABC):
     def encode_one(self, record: dict) -> bytes:
         """One record, prefix included."""
 
-    def field_at_fault(self, record: dict, error: Exception) -> str | None:
-        """The path of the field that failed, when the format's tools can tell it."""
-        return None
+    def fault(self, record: dict, error: Exception) -> tuple[str | None, str]:
+        """The path of the field that failed, when the format's tools can tell it, and why."""
+        return None, f"{type(error).__name__}: {error}"
 
     def misfit(self, row: int, record: dict, error: Exception,
                where: Callable[[int], str] | None) -> RowDoesNotFit:
-        path = self.field_at_fault(record, error)
+        path, why = self.fault(record, error)
         place = where(row) if where else f"row {row} of the batch"
         at = f"field '{self.plan.column}.{path}'" if path else f"column '{self.plan.column}'"
-        return RowDoesNotFit(
-            f"{at} of {place} does not fit {self.plan.describe()}: "
-            f"{type(error).__name__}: {error}")
+        return RowDoesNotFit(f"{at} of {place} does not fit {self.plan.describe()}: {why}")
 
 
 def _has_maps(t: pa.DataType) -> bool:
@@ -197,22 +195,37 @@ class AvroEncoder(Encoder):
             column = _cast_times(column)
         return super().rows(column)
 
-    def field_at_fault(self, record: dict, error: Exception) -> str | None:
+    def fault(self, record: dict, error: Exception) -> tuple[str | None, str]:
+        """fastavro's validator names the field (`<record full name>.<field>`) and what it
+        expected, which its writer's errors ("'BLUE' is not in list") do not."""
         from fastavro.validation import ValidationError, validate
 
+        why = f"{type(error).__name__}: {error}"
         try:
             validate(record, self.parsed, raise_errors=True)
         except ValidationError as e:
             for err in e.errors:
                 name = getattr(err, "field", None)
                 if name:
-                    # fastavro names it `<record full name>.<field>`: drop the record's name
-                    return _strip_record_prefix(str(name), self.parsed)
+                    path = _strip_record_prefix(str(name), self.parsed)
+                    datum = getattr(err, "datum", None)
+                    return path, f"{datum!r} is not {_avro_kind(getattr(err, 'schema', None))}"
         except Exception:  # noqa: BLE001 (the writer's own message stands)
-            return None
-        text = str(error)
+            return None, why
         marker = " on field "
-        return text.rsplit(marker, 1)[1] if marker in text else None
+        text = str(error)
+        return (text.rsplit(marker, 1)[1] if marker in text else None), why
+
+
+def _avro_kind(schema: Any) -> str:
+    """A schema as a reader of the error wants it: an enum's symbols, a type's name."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "enum":
+            return f"a symbol of enum {schema.get('name')} ({', '.join(schema['symbols'])})"
+        return f"a {schema.get('logicalType') or schema.get('type')}"
+    if isinstance(schema, list):
+        return " or ".join(_avro_kind(s) for s in schema)
+    return f"a {schema}"
 
 
 def _strip_record_prefix(name: str, schema: Any) -> str:
@@ -294,7 +307,7 @@ class JsonSchemaEncoder(Encoder):
                 raise _JsonMisfit(error)
         return self.prefix + text.encode("utf-8")
 
-    def field_at_fault(self, record: dict, error: Exception) -> str | None:
+    def fault(self, record: dict, error: Exception) -> tuple[str | None, str]:
         if isinstance(error, _JsonMisfit):
             path = list(error.error.absolute_path)
             if error.error.validator == "required":
@@ -302,8 +315,8 @@ class JsonSchemaEncoder(Encoder):
                 missing = str(error.error.message).split("'")
                 if len(missing) > 1:
                     path.append(missing[1])
-            return ".".join(str(p) for p in path) or None
-        return None
+            return ".".join(str(p) for p in path) or None, error.error.message
+        return None, f"{type(error).__name__}: {error}"
 
 
 class _JsonMisfit(ValueError):
@@ -340,8 +353,10 @@ class ProtobufEncoder(Encoder):
         self.fill(msg, record, "")
         return self.prefix + msg.SerializeToString()
 
-    def field_at_fault(self, record: dict, error: Exception) -> str | None:
-        return error.path if isinstance(error, _ProtoMisfit) else None
+    def fault(self, record: dict, error: Exception) -> tuple[str | None, str]:
+        if isinstance(error, _ProtoMisfit):
+            return error.path, str(error)
+        return None, f"{type(error).__name__}: {error}"
 
 
 class _ProtoMisfit(ValueError):

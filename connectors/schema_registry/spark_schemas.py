@@ -4,10 +4,12 @@ The derivations follow what a migrating user already has, so that a schema regis
 the one their Spark job would have produced:
 
 * Avro: Spark's `to_avro` (SchemaConverters.toAvroType): a record named `topLevelRecord`,
-  nested records named after their field in the parent's namespace, a nullable type as the
-  union `[type, "null"]`, decimals as `fixed` with the decimal logical type, dates as `date`,
-  timestamps as `timestamp-micros`, timestamp_ntz as `local-timestamp-micros`, maps with
-  string keys only;
+  nested records named after their field in the parent's namespace, decimals as `fixed` with
+  the decimal logical type, dates as `date`, timestamps as `timestamp-micros`, timestamp_ntz
+  as `local-timestamp-micros`, maps with string keys only. One departure: a nullable type is
+  the union `["null", type]` with a null default (Spark writes `[type, "null"]` without one),
+  so that adding a nullable field to the column is a BACKWARD-compatible change the registry
+  accepts; Spark's `from_avro` reads either;
 * Protobuf: the reverse of spark-protobuf's reading (proto3; `optional` for nullable scalars,
   so a null is an unset field; nested messages for structs; `repeated` for arrays; `map` for
   maps; google.protobuf.Timestamp for timestamps). spark-protobuf has no mapping for dates and
@@ -101,8 +103,11 @@ def _avro_record(struct: StructType, name: str, namespace: str, path: str) -> di
     for f in struct.fields:
         fpath = f"{path}.{f.name}"
         _check_name(f.name, fpath, f.dataType, "Avro")
-        fields.append({"name": f.name,
-                       "type": _avro_type(f.dataType, f.nullable, f.name, child_ns, fpath)})
+        field: dict[str, Any] = {
+            "name": f.name, "type": _avro_type(f.dataType, f.nullable, f.name, child_ns, fpath)}
+        if f.nullable and not isinstance(f.dataType, NullType):
+            field["default"] = None  # adding a nullable field stays a compatible change
+        fields.append(field)
     record: dict[str, Any] = {"type": "record", "name": name, "fields": fields}
     if namespace:
         record["namespace"] = namespace
@@ -150,7 +155,7 @@ def _avro_type(t: DataType, nullable: bool, name: str, namespace: str, path: str
         schema = _avro_record(t, name, namespace, path)
     else:
         raise SchemaDerivationError(path, t, "Avro", "no Avro type for it (as in Spark's to_avro)")
-    return [schema, "null"] if nullable else schema
+    return ["null", schema] if nullable else schema
 
 
 # -- JSON Schema ------------------------------------------------------------------------------
