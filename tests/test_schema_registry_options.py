@@ -169,3 +169,20 @@ def test_option_names_cover_both_sides() -> None:
     names = set(registry_option_names())
     assert {"valueFormat", "keyFormat", "valueSubject", "keySchemaVersion", "mode",
             "includeRawValue", "includeRawKey", "schemaRegistryRetryTimeout"} <= names
+
+
+def test_the_source_parses_both_sides() -> None:
+    from sources.kafka_options import parse_source_options
+
+    base = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}
+    options = parse_source_options({**base, "valueformat": "avro", "keyformat": "json-schema",
+                                    "schema.registry.url": URL, "includerawkey": "true"},
+                                   batch=False)
+    assert (options.value_registry.format, options.key_registry.format) == ("avro", "json-schema")
+    assert options.key_registry.include_raw and not options.value_registry.include_raw
+    with pytest.raises(OptionError) as e:
+        parse_source_options({**base, "valueformat": "protobuf"}, batch=False)
+    assert e.value.option == "schema.registry.url"
+    with pytest.raises(OptionError) as e:
+        parse_source_options({**base, "valueformt": "avro"}, batch=False)
+    assert "valueFormat" in str(e.value)  # a misspelt option names the right one

@@ -121,15 +121,17 @@ class RegistryClient:
                 text = text.replace(one.strip(), self.safe_url)
         return redact_text(text)
 
-    def schema_by_id(self, schema_id: int) -> Schema:
+    def schema_by_id(self, schema_id: int, fmt: str | None = None) -> Schema:
         """The schema registered under `schema_id`, from this process's cache after the first
-        time. UnknownSchemaId when the registry has no such id."""
-        key = (self.opts.url, schema_id)
+        time. UnknownSchemaId when the registry has no such id. `fmt="serialized"` asks for a
+        Protobuf schema as a base64 FileDescriptorProto (what descriptors are built from)."""
+        key = (self.opts.url, schema_id, fmt)
         cached = _SCHEMAS.get(key)
         if cached is not None:
             return cached
         try:
-            schema = self.call(f"schema id {schema_id}", lambda: self.raw.get_schema(schema_id))
+            schema = self.call(f"schema id {schema_id}",
+                               lambda: self.raw.get_schema(schema_id, fmt=fmt))
         except RegistryError as e:
             if e.not_found:
                 raise UnknownSchemaId(
@@ -140,15 +142,15 @@ class RegistryClient:
             _SCHEMAS[key] = schema
         return schema
 
-    def version_of(self, subject: str, version: int | None = None) -> RegisteredSchema:
+    def version_of(self, subject: str, version: int | None = None,
+                   fmt: str | None = None) -> RegisteredSchema:
         """Version `version` of `subject` (its latest when None), naming the subject and the
-        option to fix when it is not there."""
+        option to fix when it is not there. Asked of the registry every time: "latest" is
+        what it is when the query starts."""
         what = f"subject {subject!r} version {version if version is not None else 'latest'}"
         try:
-            if version is None:
-                registered = self.call(what, lambda: self.raw.get_latest_version(subject))
-            else:
-                registered = self.call(what, lambda: self.raw.get_version(subject, version))
+            registered = self.call(what, lambda: self.raw.get_version(
+                subject, version if version is not None else "latest", fmt=fmt))
         except RegistryError as e:
             if e.not_found:
                 hint = (f"set {self.opts.format_option.replace('Format', 'Subject')} (or "
@@ -157,25 +159,26 @@ class RegistryClient:
                 raise RegistryError(f"{e} ({hint})", status=e.status, code=e.code) from None
             raise
         with _LOCK:
-            _SCHEMAS.setdefault((self.opts.url, registered.schema_id), registered.schema)
+            _SCHEMAS.setdefault((self.opts.url, registered.schema_id, fmt), registered.schema)
         return registered
 
-    def reader_schema(self, topic: str | None, record_name: str | None = None) -> RegisteredSchema:
+    def reader_schema(self, topic: str | None, record_name: str | None = None,
+                      fmt: str | None = None) -> RegisteredSchema:
         """The schema rows are read into: the subject's `schemaVersion`, else its latest."""
         subject = self.opts.subject_for(topic, record_name)
-        return self.version_of(subject, self.opts.schema_version)
+        return self.version_of(subject, self.opts.schema_version, fmt)
 
     def register(self, subject: str, schema: Schema, *, normalize: bool = False) -> int:
         """Register `schema` under `subject` (an existing identical one keeps its id)."""
         schema_id = self.call(f"registering a schema under subject {subject!r}",
                               lambda: self.raw.register_schema(subject, schema, normalize))
         with _LOCK:
-            _SCHEMAS.setdefault((self.opts.url, schema_id), schema)
+            _SCHEMAS.setdefault((self.opts.url, schema_id, None), schema)
         return schema_id
 
 
-#: Schemas by (registry URL, id), shared by every client of this process.
-_SCHEMAS: dict[tuple[Any, int], Schema] = {}
+#: Schemas by (registry URL, id, format asked for), shared by every client of this process.
+_SCHEMAS: dict[tuple[Any, int, str | None], Schema] = {}
 #: Clients by their options, one per process (tasks of many batches reuse it).
 _CLIENTS: dict[Any, RegistryClient] = {}
 _LOCK = threading.Lock()

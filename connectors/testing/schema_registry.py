@@ -3,8 +3,8 @@
 Confluent's own registry is on neither Maven Central nor PyPI; Apicurio Registry (Apache-2.0)
 is, and serves the Confluent API at `/apis/ccompat/v7`, which confluent-kafka's
 `SchemaRegistryClient` and its Avro, Protobuf and JSON Schema serializers speak unchanged.
-The 3.0.x line runs on Java 17 (3.1 and later need Java 21), so it runs wherever the suite's
-Apache Kafka does.
+3.0.9 runs on Java 17 (3.3 needs Java 21), so it runs wherever the suite's Apache Kafka
+does.
 
 Its distribution (`io.apicurio:apicurio-registry-app:<version>:zip:all`, a runner jar and its
 lib/) is fetched once into the jars' cache (`apache_kafka.cache_dir()`), with `mvn` where Maven
@@ -50,8 +50,6 @@ RUNNER_JAR = f"apicurio-registry-app-{VERSION}-runner.jar"
 CCOMPAT_PATH = "/apis/ccompat/v7"
 MIN_JAVA = 17
 COMPATIBILITY = "BACKWARD"
-#: Confluent's conventional port; `kafka-eos registry`'s default.
-DEFAULT_PORT = 8081
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
