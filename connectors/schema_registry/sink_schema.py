@@ -160,13 +160,10 @@ def resolve_plan(registry: SinkRegistry, topic: str | None) -> EncodingPlan:
     fmt = registry.opts.format
     option = registry.opts.format_option
     if registry.use_latest:
-        latest = client.version_of(subject)
+        # Protobuf: the descriptor itself (the registry may hold .proto text), as the
+        # deserializers ask for it; one request, so the id and the schema are one version's
+        latest = client.version_of(subject, fmt="serialized" if fmt == PROTOBUF else None)
         schema = latest.schema
-        if fmt == PROTOBUF:
-            # the descriptor itself (the registry may hold .proto text), as the deserializers ask
-            schema = client.call(f"subject {subject!r} latest version",
-                                 lambda: client.raw.get_latest_version(subject, fmt="serialized")
-                                 ).schema
         if schema.schema_type != SCHEMA_TYPES[fmt]:
             raise OptionError(option, f"is {fmt}, but the latest schema of subject {subject!r} "
                                       f"is {schema.schema_type}")
