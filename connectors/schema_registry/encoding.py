@@ -164,7 +164,8 @@ class AvroEncoder(Encoder):
         super().__init__(plan)
         self._fastavro = fastavro
         self.named: dict = {}
-        self.parsed = fastavro.parse_schema(json.loads(plan.schema_str), self.named)
+        self.schema = json.loads(plan.schema_str)
+        self.parsed = fastavro.parse_schema(self.schema, self.named)
         self.prefix = wire_prefix(plan.schema_id)
         try:
             # fastavro's compiled writer without schemaless_writer's per-call parse_schema,
@@ -177,6 +178,18 @@ class AvroEncoder(Encoder):
             write_data(bytearray(), None, "null", {}, "", self._options)  # the signature holds
         except Exception:  # noqa: BLE001 (any other fastavro: its public writer)
             self._write_data = None
+
+    def encode(self, column: pa.Array, where: Callable[[int], str] | None = None) -> list[bytes | None]:
+        """A derived schema's rows are encoded column by column with Arrow (avro_columns: no
+        Python object per value); anything it does not cover, row by row with fastavro."""
+        if self.plan.derived:
+            from connectors.schema_registry.avro_columns import NotColumnar, encode_column
+
+            try:
+                return encode_column(column, self.schema, self.prefix)
+            except NotColumnar:
+                pass
+        return super().encode(column, where)
 
     def encode_one(self, record: dict) -> bytes:
         if self._write_data is not None:
