@@ -15,6 +15,7 @@ import base64
 import datetime as dt
 import io
 import json
+import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+
+log = logging.getLogger("kafka_eos.schema_registry")
 
 MAGIC_BYTE = b"\x00"
 AVRO, PROTOBUF, JSON_SCHEMA = "avro", "protobuf", "json-schema"
@@ -163,6 +166,7 @@ class AvroEncoder(Encoder):
 
         super().__init__(plan)
         self._fastavro = fastavro
+        self._warned = False
         self.named: dict = {}
         self.schema = json.loads(plan.schema_str)
         self.parsed = fastavro.parse_schema(self.schema, self.named)
@@ -187,8 +191,12 @@ class AvroEncoder(Encoder):
 
             try:
                 return encode_column(column, self.schema, self.prefix)
-            except NotColumnar:
-                pass
+            except NotColumnar as e:
+                # a derived schema fits its column by construction: only a null where the
+                # column's type says there is none gets here, which fastavro then names
+                if not self._warned:
+                    self._warned = True
+                    log.warning("%s: encoding row by row (%s)", self.plan.describe(), e)
         return super().encode(column, where)
 
     def encode_one(self, record: dict) -> bytes:
