@@ -1,8 +1,9 @@
 """Rows of a struct column serialized into the Confluent wire format, for the Kafka sink.
 
 Every record is a magic byte 0, the schema id as 4 big-endian bytes, for Protobuf the message
-indexes (one 0 byte for the file's first message), then the payload: Avro by fastavro's
-schemaless writer, Protobuf by the message's own SerializeToString, JSON Schema as UTF-8 JSON.
+indexes (one 0 byte for the file's first message), then the payload: Avro column by column
+with Arrow for a derived schema (avro_columns.py), else by fastavro's compiled writer per row;
+Protobuf by the message's own SerializeToString; JSON Schema as UTF-8 JSON.
 The registry is never asked here: the driver resolves the schema and its id once
 (`EncodingPlan`), and each worker process builds one encoder per plan from it. A null struct is
 a null Kafka value (a tombstone), as with Confluent's serializers. A row that does not fit the
