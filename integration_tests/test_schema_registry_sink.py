@@ -18,8 +18,6 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from connectors.testing.kafka_oracle import committed
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 
-pytest.importorskip("fastavro")
-
 FORMATS = ("avro", "protobuf", "json-schema")
 UTC = dt.timezone.utc
 

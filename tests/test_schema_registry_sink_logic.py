@@ -10,6 +10,7 @@ import io
 import json
 from decimal import Decimal
 
+import fastavro
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import (
@@ -50,7 +51,7 @@ from connectors.schema_registry.spark_schemas import (
 )
 from connectors.options import Options
 
-fastavro = pytest.importorskip("fastavro")
+
 
 ADDRESS = StructType([StructField("city", StringType()), StructField("zip", IntegerType(), False)])
 ROW = StructType([
@@ -408,3 +409,40 @@ def test_columnar_avro_leaves_a_null_in_a_required_field_to_fastavro_which_names
     rows = pa.array([{"id": 1, "color": "RED"}, {"id": None, "color": None}], type=PAINT_ARROW)
     with pytest.raises(RowDoesNotFit, match=r"field 'value\.id' of row 1"):
         encoder_for(_plan("avro", json.dumps(strict))).encode(rows)
+
+
+def test_columnar_avro_covers_the_other_scalar_types_byte_for_byte():
+    import random
+
+    from connectors.schema_registry.avro_columns import encode_column
+    from pyspark.sql.types import BooleanType, ByteType, FloatType, NullType, ShortType
+
+    spark_type = StructType([
+        StructField("b", BooleanType()), StructField("i8", ByteType()),
+        StructField("i16", ShortType(), False), StructField("f", FloatType()),
+        StructField("d", DoubleType(), False), StructField("raw", BinaryType()),
+        StructField("nothing", NullType()),
+        StructField("grid", ArrayType(MapType(StringType(), ArrayType(LongType())))),
+        StructField("dec", DecimalType(38, 0)),
+    ])
+    arrow_type = pa.struct([("b", pa.bool_()), ("i8", pa.int8()), ("i16", pa.int16()),
+                            ("f", pa.float32()), ("d", pa.float64()), ("raw", pa.binary()),
+                            ("nothing", pa.null()),
+                            ("grid", pa.list_(pa.map_(pa.string(), pa.list_(pa.int64())))),
+                            ("dec", pa.decimal128(38, 0))])
+    rnd = random.Random(5)
+    rows = [{"b": rnd.choice([True, False, None]), "i8": rnd.choice([-128, 127, None]),
+             "i16": rnd.randint(-2**15, 2**15 - 1), "f": rnd.choice([1.5, -0.0, None]),
+             "d": rnd.choice([float("inf"), -1e308, 3.25]),
+             "raw": rnd.choice([b"", b"\x00\xff" * rnd.randint(0, 70), None]), "nothing": None,
+             "grid": rnd.choice([None, [], [[("k", [1, -2**63])], []], [[("", None)]]]),
+             "dec": rnd.choice([Decimal(10**38 - 1), Decimal(-(10**38) + 1), Decimal(0), None])}
+            for _ in range(200)]
+    column = pa.array(rows, type=arrow_type)
+    schema = avro_schema(spark_type)
+    parsed = fastavro.parse_schema(schema)
+    got = encode_column(column, schema, b"")
+    for row, raw in zip(column.to_pylist(maps_as_pydicts="strict"), got):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, row)
+        assert raw == out.getvalue(), row
