@@ -135,6 +135,8 @@ def test_secrets_never_reach_messages() -> None:
     })
     shown = f"{opts!r} {opts.safe_client_conf()}"
     assert secret not in shown
+    in_url = parse(valueFormat="avro", **{"schema.registry.url": f"https://al:{secret}@reg:8081"})
+    assert secret not in f"{in_url!r} {in_url.safe_url} {in_url.safe_client_conf()}"
     with pytest.raises(OptionError) as e:
         parse(valueFormat="avro", **{"schema.registry.url": f"ftp://alice:{secret}@reg:8081"})
     assert secret not in str(e.value)

@@ -123,7 +123,7 @@ class RegistryOptions:
 
     side: Side
     format: str = "binary"
-    url: str | None = None
+    url: str | None = field(default=None, repr=False)  # may hold a password: see safe_url
     client_conf: dict[str, Any] = field(default_factory=dict, repr=False)
     subject_strategy: str = "topic"
     subject: str | None = None
