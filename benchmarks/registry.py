@@ -13,7 +13,9 @@ note) at about 200 B and 1 KB of Avro, written in the Confluent wire format to a
 
 Beside them, the decoders alone in this process on the same bytes: the fast path (polars),
 the fastavro path it falls back to, and `AvroDeserializer` per record; and, cheaply, the same
-for Protobuf and JSON Schema records of the same fields.
+for Protobuf and JSON Schema records of the same fields. Then the sink's Avro write
+(benchmarks/registry_sink.py: against AvroSerializer and against bytes) and, end to end,
+against a plain confluent-kafka producer loop with AvroSerializer.
 
     python -m benchmarks --only registry        (or python -m benchmarks.registry)
 
@@ -307,6 +309,66 @@ def measure(spark, bootstrap: str, registry_url: str, *, records: int, partition
     }
 
 
+def producer_loop(bootstrap: str, topic: str, registry_url: str, schema_text: str,
+                  rows: list[dict]) -> tuple[int, float]:
+    """A plain confluent-kafka producer with AvroSerializer (idempotent, as the Kafka sink
+    benchmark's raw producers): each dict serialized and produced, then flushed."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), schema_text)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 20})
+    producer.produce(topic, serialize(rows[0], ctx))  # connection, producer id, schema id
+    producer.flush(30)
+    started = time.perf_counter()
+    for row in rows:
+        value = serialize(row, ctx)
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(300) != 0:
+        raise RuntimeError("records not delivered")
+    return len(rows), time.perf_counter() - started
+
+
+def sink_write(spark, bootstrap: str, registry_url: str, note: int, rows: int,
+               pairs: int = PAIRS) -> dict:
+    """The sink's Avro write (benchmarks/registry_sink.py: its encoder against AvroSerializer,
+    a batch write against bytes of the same size), and against a plain producer loop with
+    AvroSerializer, one process per task of the write (two)."""
+    from benchmarks import registry_sink
+    from benchmarks.common import in_processes
+    from connectors.schema_registry.spark_schemas import avro_schema
+    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+
+    encode = registry_sink.encode_only(spark, registry_url, note, rows)
+    write = registry_sink.end_to_end(spark, bootstrap, registry_url, note, rows,
+                                     encode["avg_bytes"] - 5)
+    df = spark.range(rows).selectExpr(registry_sink.RECORD_SQL.format(note=note))
+    dicts = df.toArrow().column("value").to_pylist()
+    schema_text = json.dumps(avro_schema(df.schema["value"].dataType))
+    rates = []
+    for _ in range(pairs):
+        topic = unique_topic("bench-sr-loop")
+        create_topic(bootstrap, topic, 2)
+        half = len(dicts) // 2
+        results = in_processes(producer_loop, [
+            (bootstrap, topic, registry_url, schema_text, dicts[:half]),
+            (bootstrap, topic, registry_url, schema_text, dicts[half:])])
+        rates.append(sum(n for n, _ in results) / max(t for _, t in results))
+        delete_topic(bootstrap, topic)
+    loop = statistics.median(rates)
+    return {"encode": encode, "write": write, "producer_loop_rows_per_s": round(loop),
+            "ratio_sink_avro_vs_producer_loop": round(write["avro_rows_per_s"] / loop, 2)}
+
+
 def run(bootstrap: str, registry_url: str, *, records: int, partitions: int,
         warmup: bool = True, sizes: dict[str, int] | None = None, pairs: int = PAIRS) -> dict:
     """Every size in one Spark session that has spark-avro's jar."""
@@ -323,6 +385,8 @@ def run(bootstrap: str, registry_url: str, *, records: int, partitions: int,
                                     pairs=pairs)
             results[size]["other_formats_alone"] = other_formats_alone(
                 registry_url, min(records, 20_000), note, pairs)
+            results[size]["sink"] = sink_write(spark, bootstrap, registry_url, note,
+                                               min(records, 100_000), pairs)
             print(size, json.dumps(results[size]), flush=True)
     finally:
         spark.stop()
@@ -339,6 +403,16 @@ def table(section: dict) -> str:
             f"| {r['kafka_eos_binary_rows_per_s']:,} | {r['spark_from_avro_rows_per_s']:,} "
             f"| {r['avro_deserializer_loop_rows_per_s']:,} | {r['ratio_avro_vs_binary']} "
             f"| {r['ratio_avro_vs_deserializer_loop']} | {r['ratio_avro_vs_spark_from_avro']} |")
+    lines += ["", "| size | sink write `valueFormat=avro` rows/s | bytes of that size | producer loop "
+              "+ AvroSerializer | avro/bytes | avro/loop | sink encoder / AvroSerializer |",
+              "|---|---|---|---|---|---|---|"]
+    for size, r in section["sizes"].items():
+        k = r["sink"]
+        lines.append(
+            f"| {size} ({k['encode']['avg_bytes']} B) | {k['write']['avro_rows_per_s']:,} "
+            f"| {k['write']['binary_rows_per_s']:,} | {k['producer_loop_rows_per_s']:,} "
+            f"| {k['write']['ratio']} | {k['ratio_sink_avro_vs_producer_loop']} "
+            f"| {k['encode']['ratio']} |")
     return "\n".join(lines)
 
 

@@ -225,4 +225,7 @@ def test_registry_section_reports_every_reader_and_keeps_the_other_sections(
     assert all(v > 0 for v in res["decoders_alone"].values()), res["decoders_alone"]
     for fmt in ("protobuf", "json_schema"):
         assert res["other_formats_alone"][fmt]["ratio"] > 0
+    sink = res["sink"]
+    assert sink["write"]["ratio"] > 0 and sink["encode"]["ratio"] > 0
+    assert sink["producer_loop_rows_per_s"] > 0 and sink["ratio_sink_avro_vs_producer_loop"] > 0
     assert f"| {size} (" in stdout
