@@ -348,9 +348,9 @@ def sink_write(spark, bootstrap: str, registry_url: str, note: int, rows: int,
     from connectors.schema_registry.spark_schemas import avro_schema
     from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
 
-    encode = registry_sink.encode_only(spark, registry_url, note, rows)
+    encode = registry_sink.encode_only(spark, registry_url, note, rows, pairs)
     write = registry_sink.end_to_end(spark, bootstrap, registry_url, note, rows,
-                                     encode["avg_bytes"] - 5)
+                                     encode["avg_bytes"] - 5, pairs)
     df = spark.range(rows).selectExpr(registry_sink.RECORD_SQL.format(note=note))
     dicts = df.toArrow().column("value").to_pylist()
     schema_text = json.dumps(avro_schema(df.schema["value"].dataType))
@@ -434,9 +434,9 @@ def run_section(args, argv: list[str] | None) -> int:
                "load_average": {"start": load_average()}}
     given = os.environ.get("SCHEMA_REGISTRY_URL", "").strip()  # as KAFKA_BOOTSTRAP_SERVERS
     registry = contextlib.nullcontext(None) if given else schema_registry()
-    with kafka_broker() as broker, registry as started:
+    with kafka_broker() as broker, registry as own:
         # --quick: one size, one run of each reader (checks that it all runs)
-        section["sizes"] = run(broker.bootstrap_servers, given or started.url,
+        section["sizes"] = run(broker.bootstrap_servers, given or own.url,
                                records=args.records, partitions=args.partitions,
                                warmup=args.warmup,
                                sizes=dict(list(SIZES.items())[:1]) if args.quick else None,
