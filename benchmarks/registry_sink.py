@@ -119,6 +119,8 @@ def end_to_end(spark, bootstrap: str, registry_url: str, note: int, rows: int,
             if i:
                 rates[name].append(rows / (time.perf_counter() - started))
             delete_topic(bootstrap, topic)
+    for frame in frames.values():  # a later size's frames must not share the heap with these
+        frame.unpersist()
     ratios = [a / b for a, b in zip(rates["avro"], rates["binary"])]
     return {"binary_rows_per_s": round(statistics.median(rates["binary"])),
             "avro_rows_per_s": round(statistics.median(rates["avro"])),
