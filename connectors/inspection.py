@@ -15,10 +15,10 @@ import json
 import time
 from typing import Any
 
-# Each sink's handles module registers its kind (sinks/kinds.py) when imported.
-import sinks.delta.handles  # noqa: F401
-import sinks.kafka_handles  # noqa: F401
-import sinks.postgres.handles  # noqa: F401
+# Each sink's kind module registers its kind (sinks/kinds.py) when imported.
+import sinks.delta.kind  # noqa: F401
+import sinks.kafka_kind  # noqa: F401
+import sinks.postgres.kind  # noqa: F401
 from connectors.redaction import redact
 from connectors.spark_checkpoint import OffsetEntry, SparkCheckpoint, idle_seconds
 from sinks.kinds import duration_text, kind_of, sink_kind

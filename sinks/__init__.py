@@ -10,7 +10,8 @@
                          sink's handles (every handle records its kind)
     data_source.py       TwoPhaseCommitDataSource: a sink's format, from options to a writer
     delta/               delta-eos: Parquet files, then one Delta commit per batch (delta-rs)
-    kafka.py, kafka_commit.py, kafka_data_source.py, kafka_ids.py, kafka_handles.py
+    kafka.py, kafka_commit.py, kafka_data_source.py, kafka_ids.py, kafka_handles.py,
+    kafka_kind.py
                          kafka-eos: Kafka transactions prepared by tasks, ended by the driver
     postgres/            postgres-eos: PREPARE TRANSACTION / COMMIT PREPARED
 

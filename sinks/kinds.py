@@ -83,8 +83,9 @@ class PendingBatch:
 
 
 class SinkKind(ABC):
-    """One sink's handles as the operator commands see them. Subclass it, and `register` an
-    instance from the module that builds the sink's handles."""
+    """One sink's handles as the operator commands see them. Subclass it and `register` an
+    instance in a module of its own (the commands import it; the sink does not, so that it may
+    import the sink without an import circle)."""
 
     #: The kind recorded in the handles: the sink's format name.
     name: ClassVar[str]

@@ -1,5 +1,5 @@
-"""The `postgres-eos` sink's handles: one prepared transaction each, and the sink kind that shows
-and settles them for `kafka-eos inspect` and `resolve` (sinks/kinds.py).
+"""The `postgres-eos` sink's handles: one prepared transaction each (sinks/postgres/kind.py shows
+and settles them for `kafka-eos inspect` and `resolve`).
 
 A handle names its prepared transaction by gid (sinks/postgres/gids.py) and by the transaction's
 id (`txid_current()`): once the gid is gone from pg_prepared_xacts, the server's record of that
@@ -8,15 +8,9 @@ id says whether it was committed or rolled back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
-from sinks.kinds import PendingBatch, ResolveError, SinkKind, register
-from sinks.postgres.gids import split_gid
 from sinks.postgres.options import FORMAT_NAME
-
-if TYPE_CHECKING:
-    from sinks.postgres.sink import PostgresSink
 
 KIND = FORMAT_NAME
 
@@ -30,54 +24,3 @@ class PostgresHandle(TypedDict):
 
 def postgres_handle(gid: str, xid: int) -> PostgresHandle:
     return {"kind": KIND, "gid": gid, "xid": xid}
-
-
-class PostgresKind(SinkKind):
-    name = KIND
-    legacy_keys = ("gid",)
-
-    def describe(self, handle: Mapping[str, Any], now_ms: int, open_txn: bool) -> dict[str, Any]:
-        return {"gid": handle["gid"], "xid": handle.get("xid")}
-
-    def text(self, described: Mapping[str, Any]) -> str:
-        return f"postgres prepared transaction {described['gid']} (xid {described['xid']})"
-
-    def recovery_sink(self, batch: PendingBatch) -> PostgresSink:
-        """The query's sink as far as COMMIT / ROLLBACK PREPARED need it: the server (its URL
-        named by the operator) and the gids' prefix, read from the handles' own gids: the one
-        the query derived from its checkpoint location, however it was spelt."""
-        import pyarrow as pa
-
-        from connectors import extras
-
-        extras.require("postgres")  # MissingExtra: the pip install to run
-        from sinks.postgres.options import PostgresOptions, TableName, parse_url, redacted_url
-        from sinks.postgres.sink import PostgresSink
-
-        store = batch.store
-        if not store.pg_url:
-            raise ResolveError("the log holds postgres-eos prepared transactions: name the "
-                               "environment variable holding the libpq URL with --pg-url-env VAR")
-        prefixes = {_prefix(h["gid"]) for h in batch.handles}
-        if len(prefixes) != 1:
-            raise ResolveError(f"batch {batch.plan.batch_id}: prepared transactions of several "
-                               f"gid prefixes ({sorted(prefixes)}): not settled by resolve")
-        params = parse_url(store.pg_url)
-        options = PostgresOptions(
-            url=store.pg_url, target=redacted_url(params), password=params.get("password"),
-            table=TableName.parse(store.pg_table) if store.pg_table else TableName(None, "?"),
-            create_table=False,
-            gid_prefix=prefixes.pop(),
-        )
-        return PostgresSink(batch.settings(KIND), options, pa.schema([]))
-
-
-def _prefix(gid: str) -> str:
-    parsed = split_gid(gid)
-    if parsed is None:
-        raise ResolveError(f"{gid!r} is not a postgres-eos gid "
-                           "(<prefix>-<batch>-<partition>-<attempt>)")
-    return parsed.prefix
-
-
-register(PostgresKind())
