@@ -120,6 +120,18 @@ def test_todays_handles_are_the_captured_ones_plus_their_kind(name):
         assert kind_of(h) == kind_of(rebuilt) == CAPTURED[name]
 
 
+def test_each_kind_is_its_sinks_format_name():
+    from sinks.delta.data_source import DeltaEosDataSource
+    from sinks.delta.handles import KIND as DELTA
+    from sinks.kafka_data_source import KafkaSinkDataSource
+    from sinks.kafka_handles import KIND as KAFKA
+    from sinks.postgres.data_source import PostgresEosDataSource
+    from sinks.postgres.handles import KIND as POSTGRES
+
+    assert [DeltaEosDataSource.name(), KafkaSinkDataSource.name(),
+            PostgresEosDataSource.name()] == [DELTA, KAFKA, POSTGRES]
+
+
 def test_a_kind_nobody_registered_is_shown_by_its_keys_and_not_resolved(tmp_path):
     assert set(CAPTURED.values()) <= set(registered())
     assert kind_of({"files": ["x"]}) == UNKNOWN
