@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections import Counter
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 REQUEST_LOGGER = "kafka.request.logger"
@@ -67,3 +70,20 @@ class RequestLog:
                 if header.get("clientId") == client_id:
                     found[header.get("requestApiKeyName", str(header.get("requestApiKey")))] += 1
         return found
+
+
+def wait_for_group_coordinator(bootstrap: str, group: str, timeout_s: float = 60) -> None:
+    """Until `group`'s coordinator answers. A consumer with a group.id (the source's look-up
+    client has one, as every consumer of a query) looks its coordinator up in the background;
+    on a fresh broker that waits for the offsets topic to load (COORDINATOR_LOAD_IN_PROGRESS),
+    and the lookup's retries would be counted with whatever the test measures."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.describe_consumer_groups([group])[group].result(15)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

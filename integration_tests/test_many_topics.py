@@ -15,12 +15,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from connectors.kafka_client import KafkaMetadata, RetryPolicy
-from integration_tests.broker_requests import RequestLog
+from integration_tests.broker_requests import RequestLog, wait_for_group_coordinator
 from integration_tests.kafka_data import Record, unique_topic
 from integration_tests.streaming import all_records, parquet_batch_writer, wait_for
 from sources import offsets as off
@@ -84,21 +84,6 @@ class ManyTopics:
         finally:
             meta.close()
 
-    def wait_for_coordinator(self, group: str) -> None:
-        """Until `group`'s coordinator answers. A consumer with a group.id (the source's
-        look-up client has one, as every consumer of the query) looks its coordinator up in the
-        background; on a fresh broker that waits for the offsets topic to load, and the
-        retries would fall into the batches counted."""
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.admin.describe_consumer_groups([group])[group].result(15)
-                return
-            except KafkaException:  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
     def delete_all(self) -> None:
         names = [t for t in self.admin.list_topics(timeout=30).topics
                  if t.startswith(self.prefix + "-")]
@@ -143,7 +128,7 @@ def test_a_batch_discovers_two_hundred_topics_in_three_requests(broker, many):
     client_id = f"discovery-{uuid.uuid4().hex[:8]}"
     reader = KafkaStreamReader(parse_source_options(
         _options(many, **{"kafka.client.id": client_id}), batch=False))
-    many.wait_for_coordinator(reader.options.kafka_conf["group.id"])
+    wait_for_group_coordinator(many.bootstrap, reader.options.kafka_conf["group.id"])
     latest = {(r.topic, r.partition): r.offset + 1 for r in many.expected}
     try:
         with RequestLog(broker.node) as requests:
