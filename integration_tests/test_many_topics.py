@@ -33,6 +33,9 @@ TOPICS, PARTITIONS, PER_PARTITION = 200, 4, 5
 
 
 class ManyTopics:
+    """The module's topics (`<prefix>-000` to `-199`, and those tests add), what they hold,
+    and the admin calls the tests make on them."""
+
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self.prefix = unique_topic("many")
@@ -74,9 +77,9 @@ class ManyTopics:
         return sorted(delivered)
 
     def wait_until_listable(self, tps: list[tuple[str, int]]) -> None:
-        """Until the broker answers ListOffsets for `tps` (a topic or partition just created
-        has no leader for a moment: the source would retry, and the count of its requests
-        would be the retries')."""
+        """Until the broker answers ListOffsets for `tps`. A topic or partition just created
+        has no leader for a moment: a producer then fails with an unknown partition, and the
+        source retries, which would add its retries to the requests a test counts."""
         meta = KafkaMetadata({"bootstrap.servers": self.bootstrap})
         try:
             RetryPolicy(timeout_s=60).call("waiting for leaders", lambda: meta.latest(tps),
@@ -182,6 +185,7 @@ def test_a_stream_over_the_pattern_reads_every_record_once_and_picks_up_new_topi
         spark, many, tmp_path):
     path = os.environ[SOURCE_METRICS_ENV]
     since = os.path.getsize(path) if os.path.exists(path) else 0
+    source = f"kafka-eos subscribePattern={many.pattern!r}"
     out = str(tmp_path / "out")
     query = (spark.readStream.format("kafka-eos").options(**_options(many)).load()
              .writeStream.foreachBatch(parquet_batch_writer(out))
@@ -200,13 +204,16 @@ def test_a_stream_over_the_pattern_reads_every_record_once_and_picks_up_new_topi
         many.produce(targets, 3)
         wait_for(lambda: _rows_read(query) >= len(many.expected), 300,
                  "the records of the new topic and partitions")
-        time.sleep(1.5)  # a batch more, if one were to read anything twice
+        # A batch's metrics line comes when the next trigger plans: a trigger more, which
+        # would read anything read twice.
+        wait_for(lambda: sum(line["rows"] for line in _metrics_since(since, source))
+                 >= len(many.expected), 60, "the metrics lines of every batch")
     finally:
         query.stop()
     progress = query.recentProgress
 
     assert all_records(out) == sorted(many.expected)  # every record, once
-    lines = _metrics_since(since, f"kafka-eos subscribePattern={many.pattern!r}")
+    lines = _metrics_since(since, source)
     assert lines[0]["partitions_read"] == TOPICS * PARTITIONS
     assert lines[0]["rows"] == first
     assert lines[0]["tasks"] == DEFAULT_TARGET_TASKS  # 800 ranges packed into 8 tasks
