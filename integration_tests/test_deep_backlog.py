@@ -4,7 +4,7 @@ batch takes exactly maxOffsetsPerTrigger records, and neither the task workers n
 driver's Python hold more than a bounded part of the backlog. Only the first batches run: the
 behaviour is that of every batch, and reading the whole backlog would cost minutes.
 
-The topic is produced once for the module (about 10 s: one producer, large batches, a fixed
+The topic is produced once for the module (10-20 s: one producer, large batches, a fixed
 16-byte value) and deleted at its end."""
 
 from __future__ import annotations
