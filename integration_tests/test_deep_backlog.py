@@ -132,6 +132,11 @@ def test_batches_of_max_offsets_per_trigger_in_bounded_memory(spark, bootstrap, 
     seen: dict[int, list[tuple]] = {}
 
     def check(df, batch_id: int) -> None:
+        if batch_id >= BATCHES:
+            # Nothing run, nothing read: the query is stopped between such quick batches, not
+            # in a Spark job inside this callback (Spark then matches the interrupted job's
+            # long error text with a regex that overflows its stack: noise, not a failure).
+            return
         rows = df.groupBy("partition").agg(
             F.count("*"), F.countDistinct("offset"), F.min("offset"), F.max("offset"),
             F.sum((F.col("value").cast("string") != VALUE.decode()).cast("int")),
