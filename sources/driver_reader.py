@@ -24,14 +24,16 @@ import pyarrow as pa
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 
 from sources.kafka_options import KafkaSourceOptions
+from sources.registry_columns import RegistryColumns
 
 
 class KafkaDriverStreamReader(SimpleDataSourceStreamReader):
-    def __init__(self, options: KafkaSourceOptions) -> None:
+    def __init__(self, options: KafkaSourceOptions, columns: RegistryColumns | None = None) -> None:
         from sources.kafka_source import KafkaStreamReader
 
         self.options = options
-        self._reader = KafkaStreamReader(options)
+        self.columns = columns
+        self._reader = KafkaStreamReader(options, columns)
 
     def initialOffset(self) -> dict:
         return self._reader.initialOffset()
@@ -57,4 +59,4 @@ class KafkaDriverStreamReader(SimpleDataSourceStreamReader):
         from sources.kafka_source import read_partition
 
         return [batch for partition in self._reader.partitions(start, end)
-                for batch in read_partition(self.options, partition)]
+                for batch in read_partition(self.options, partition, self.columns)]

@@ -13,6 +13,8 @@ from typing import Literal
 
 from connectors.kafka_client import RETRY_TIMEOUT_OPTION, RetryPolicy, librdkafka_conf
 from connectors.options import OptionError, Options
+from connectors.schema_registry.options import OPTION_PREFIX as REGISTRY_PREFIX
+from connectors.schema_registry.options import RegistryOptions, registry_option_names
 from connectors.paths import normalise
 from sources.offsets import PartitionOffsets, parse_offsets_option
 from sources.task_packing import DEFAULT_TARGET_TASKS
@@ -54,9 +56,12 @@ KNOWN_OPTIONS = (
     "commitOffsetsToGroup",  # ours: commit each completed batch's end offsets to kafka.group.id
     "taskMetricsLocation",  # ours: where tasks leave read times for the batch metrics line
     "readMode",  # ours: tasks (default) or driver (sources/driver_reader.py)
+    # ours: Schema Registry formats of the value and key (connectors/schema_registry)
+    *registry_option_names(),
 )
-#: Option families the source accepts whatever follows the prefix: Kafka client settings.
-OPTION_PREFIXES = ("kafka.",)
+#: Option families the source accepts whatever follows the prefix: Kafka and Schema Registry
+#: client settings.
+OPTION_PREFIXES = ("kafka.", REGISTRY_PREFIX)
 
 #: Kafka client settings Spark's Kafka source refuses, refused here for the same reasons (the
 #: consumers are librdkafka's, but what the settings would do is just as wrong).
@@ -71,12 +76,14 @@ UNSUPPORTED_KAFKA_OPTIONS = {
         "checkpointed state"
     ),
     "kafka.key.deserializer": (
-        "is not supported: keys are always read as bytes (the 'key' column is binary); "
-        "deserialize them with DataFrame operations, e.g. CAST(key AS STRING)"
+        "is not supported: keys are read as bytes (the 'key' column is binary), or through a "
+        "Schema Registry with keyFormat=avro|protobuf|json-schema; otherwise deserialize them "
+        "with DataFrame operations, e.g. CAST(key AS STRING)"
     ),
     "kafka.value.deserializer": (
-        "is not supported: values are always read as bytes (the 'value' column is binary); "
-        "deserialize them with DataFrame operations, e.g. CAST(value AS STRING)"
+        "is not supported: values are read as bytes (the 'value' column is binary), or through "
+        "a Schema Registry with valueFormat=avro|protobuf|json-schema; otherwise deserialize "
+        "them with DataFrame operations, e.g. CAST(value AS STRING)"
     ),
     "kafka.interceptor.classes": (
         "is not supported: interceptors could change what is read, so the source would no "
@@ -182,6 +189,11 @@ class KafkaSourceOptions:
     #: packed into Spark tasks (sources/task_packing.py).
     target_tasks: int = DEFAULT_TARGET_TASKS
     max_partitions_per_task: int | None = None
+    #: valueFormat / keyFormat and the registry options of each side (binary: Spark's row).
+    value_registry: RegistryOptions = field(
+        default_factory=lambda: RegistryOptions(side="value"), repr=False)
+    key_registry: RegistryOptions = field(
+        default_factory=lambda: RegistryOptions(side="key"), repr=False)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -451,4 +463,6 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
         retry_policy=RetryPolicy.from_options(opts),
         target_tasks=opts.get_int("targetTasksPerBatch", DEFAULT_TARGET_TASKS, minimum=1),
         max_partitions_per_task=opts.get_int("maxPartitionsPerTask", minimum=1),
+        value_registry=RegistryOptions.parse(opts, side="value"),
+        key_registry=RegistryOptions.parse(opts, side="key"),
     )

@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from connectors.options import OptionError
@@ -39,7 +40,8 @@ from sources.batch_metrics import PlannedBatch, batch_detail, batch_line, emit
 from sources.group_commit import GroupOffsetCommitter
 from sources.kafka_options import TASK_METRICS_OFF, KafkaSourceOptions, parse_source_options
 from sources.packed_reader import read_task
-from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, DataLossError
+from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, DataLossError, arrow_schema
+from sources.registry_columns import RegistryColumns, resolve_columns
 from sources.resolver import OffsetResolver, report_data_loss
 from sources.task_metrics import ReportDirs, TaskTally
 from sources.task_packing import pack_ranges
@@ -72,20 +74,37 @@ class KafkaEosDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self._raw = dict(options)
+        self._columns: RegistryColumns | None = None
 
     @classmethod
     def name(cls) -> str:
         return FORMAT_NAME
 
-    def schema(self) -> str:
+    def schema(self) -> str | StructType:
         # Streaming or batch is not known yet: the checks common to both run now, the rest
         # when Spark asks for a reader.
-        parse_source_options(self._raw, batch=None)
+        options = parse_source_options(self._raw, batch=None)
+        columns = self._registry_columns(options)
+        if columns.active:
+            base = from_arrow_schema(arrow_schema(options.include_headers),
+                                     prefer_timestamp_ntz=True)
+            return columns.spark_schema(base)
         include = str(self._raw.get("includeheaders", "false")).strip().lower() == "true"
         return SPARK_SCHEMA_DDL + (HEADERS_DDL if include else "")
 
+    def _registry_columns(self, options: KafkaSourceOptions) -> RegistryColumns:
+        """The value/key reader schemas, looked up once per query start (in schema(), whose
+        result Spark pickles with this object to the reader's process)."""
+        if self._columns is None:
+            sub = options.subscription
+            topics = sub.topics or tuple(t for t, _ in sub.assignment)
+            self._columns = resolve_columns(options.value_registry, options.key_registry,
+                                            sub.kind, topics)
+        return self._columns
+
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkaBatchReader(parse_source_options(self._raw, batch=True))
+        options = parse_source_options(self._raw, batch=True)
+        return KafkaBatchReader(options, self._registry_columns(options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = parse_source_options(self._raw, batch=False)
@@ -95,16 +114,27 @@ class KafkaEosDataSource(DataSource):
                 errorClass="NOT_IMPLEMENTED",
                 messageParameters={"feature": "streamReader with readMode=driver"},
             )
-        return KafkaStreamReader(options)
+        return KafkaStreamReader(options, self._registry_columns(options))
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         from sources.driver_reader import KafkaDriverStreamReader
 
-        return KafkaDriverStreamReader(parse_source_options(self._raw, batch=False))
+        options = parse_source_options(self._raw, batch=False)
+        return KafkaDriverStreamReader(options, self._registry_columns(options))
 
 
-def read_partition(options: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """One planned task's ranges, read by a task (or by the driver: sources/driver_reader.py)."""
+def read_partition(options: KafkaSourceOptions, partition: InputPartition,
+                   columns: RegistryColumns | None = None) -> Iterator[pa.RecordBatch]:
+    """One planned task's ranges, read by a task (or by the driver: sources/driver_reader.py),
+    with the value and key decoded where they are in a Schema Registry format."""
+    batches = _read_ranges(options, partition)
+    if columns is None or not columns.active:
+        return batches
+    return map(columns.apply, batches)
+
+
+def _read_ranges(options: KafkaSourceOptions,
+                 partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, KafkaInputPartition):
         # A batch read with nothing to read: PySpark runs one task with InputPartition(None)
         # when the plan is empty (pyspark/sql/worker/plan_data_source_read.py).
@@ -199,8 +229,10 @@ class _UsesBroker:
 
 
 class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: KafkaSourceOptions) -> None:
+    def __init__(self, options: KafkaSourceOptions,
+                 columns: RegistryColumns | None = None) -> None:
         self.options = options
+        self.columns = columns or RegistryColumns()
         self._resolver = None
         self._last_batch_at = time.monotonic()
         self._target: off.PartitionOffsets | None = None  # Trigger.AvailableNow's end
@@ -448,7 +480,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
             return None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.columns)
 
     def commit(self, end: dict) -> None:
         """The batch ending at `end` completed (usually already seen by latestOffset)."""
@@ -500,8 +532,10 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
 
 
 class KafkaBatchReader(_UsesBroker, DataSourceReader):
-    def __init__(self, options: KafkaSourceOptions) -> None:
+    def __init__(self, options: KafkaSourceOptions,
+                 columns: RegistryColumns | None = None) -> None:
         self.options = options
+        self.columns = columns or RegistryColumns()
         self._resolver = None
 
     def partitions(self) -> list[InputPartition]:
@@ -536,4 +570,4 @@ class KafkaBatchReader(_UsesBroker, DataSourceReader):
         return _plan(opts, start, end)  # type: ignore[return-value]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.columns)
