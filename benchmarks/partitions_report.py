@@ -88,7 +88,7 @@ def _spread(values: list[int] | None) -> str:
     if not values:
         return "-"
     lo, hi = min(values), max(values)
-    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+    return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
 
 
 def table(section: dict) -> str:
