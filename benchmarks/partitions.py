@@ -14,7 +14,12 @@ its own checkpoint, their order reversed at every other count:
 * `kafka-eos -> noop` and `format("kafka") -> noop`: the sources alone;
 * `kafka-eos -> delta-eos`: the Delta sink, a fresh table;
 * `kafka-eos -> kafka-eos`: the Kafka sink, exactly-once, into a fresh topic of the same width,
-  each record to its input partition (a mirror).
+  each record to its input partition (a mirror);
+
+and beside them, no target, the floor of any Python source: the same batches, in as many tasks
+as kafka-eos plans by default, from `bench-python-floor`, a Python source whose tasks yield one
+ready-made Arrow batch each (what Spark's Python source path costs a batch, reading nothing;
+its tasks freeze their worker's objects as kafka-eos's do).
 
 Each pipeline's figures: the p50 of Spark's `triggerExecution` over its batches and each batch's
 phases (`latestOffset`, `addBatch`, ...), the wall time from `start()` to the query's end, Spark
@@ -41,20 +46,115 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.partitions_report import PIPELINES, p50
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from benchmarks.partitions_report import FLOOR_LABEL, PIPELINES, p50
 
 VALUE_BYTES = 100
+#: The floor beside the pipelines (not a target): the same batches, in as many tasks as
+#: kafka-eos plans, from a Python source that spends nothing on its data.
+FLOOR = "python_floor_noop"
 #: Spark's progress phases reported per pipeline (p50 over the batches).
 PHASES = ("latestOffset", "queryPlanning", "getBatch", "addBatch", "walCommit", "commitOffsets")
+
+
+# -- the floor: a Python source that reads nothing ---------------------------------------------
+
+
+class _Rows(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """`rows` records in batches of `maxOffsetsPerTrigger`, each in `tasks` tasks yielding one
+    ready-made Arrow batch of kafka-eos's schema: what a batch costs Spark's Python source path
+    (the source process's calls, the Python tasks) when the source spends nothing on its data.
+    Its tasks freeze their worker's objects as kafka-eos's do (connectors/worker_gc.py):
+    without that, PySpark's collection after each task made this floor slower than kafka-eos
+    (8 tasks a batch: 865 ms against 603 ms, one quick run)."""
+
+    def __init__(self, options: dict) -> None:
+        self.rows = int(options["rows"])
+        self.per_batch = int(options["maxOffsetsPerTrigger"])
+        self.tasks = int(options["tasks"])
+
+    def initialOffset(self) -> dict:
+        return {"n": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else self.rows
+        return {"n": min(self.rows, start["n"] + cap)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        rows = end["n"] - start["n"]
+        tasks = max(1, min(self.tasks, rows))
+        return [_Rows(rows // tasks + (1 if i < rows % tasks else 0)) for i in range(tasks)]
+
+    def read(self, partition: InputPartition):
+        import pyarrow as pa
+
+        from connectors.worker_gc import freeze_long_lived
+        from sources.range_reader import TIMESTAMP_TYPE, arrow_schema
+
+        freeze_long_lived()  # as kafka-eos's tasks do: PySpark's per-task collection stays cheap
+
+        n, blob = partition.rows, b"x" * VALUE_BYTES  # type: ignore[attr-defined]
+        yield pa.RecordBatch.from_arrays([
+            pa.array([b"k%d" % i for i in range(n)], pa.binary()),
+            pa.array([blob] * n, pa.binary()),
+            pa.array(["t"] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array([0] * n, pa.int64()).cast(TIMESTAMP_TYPE),
+            pa.array([0] * n, pa.int32()),
+        ], schema=arrow_schema(False))
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class FloorSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench-python-floor"
+
+    def schema(self) -> str:
+        from sources.range_reader import SPARK_SCHEMA_DDL
+
+        return SPARK_SCHEMA_DDL
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return FloorReader(self.options)
+
+
+def register_floor(spark) -> None:
+    from pyspark import cloudpickle
+
+    import benchmarks.partitions as me
+
+    cloudpickle.register_pickle_by_value(me)  # workers need not import the benchmarks
+    spark.dataSource.register(FloorSource)
 
 
 # -- in the peers' environment ------------------------------------------------------------------
 
 
+LABELS = {**PIPELINES, FLOOR: FLOOR_LABEL}
+
+
 def order(i: int) -> list[str]:
-    """The pipelines at the i-th count: as listed at even i, reversed at odd i."""
+    """The pipelines at the i-th count, the floor last: as listed at even i, reversed at odd
+    i."""
     names = list(PIPELINES)
-    return names if i % 2 == 0 else names[::-1]
+    return (names if i % 2 == 0 else names[::-1]) + [FLOOR]
 
 
 def delta_commits(table: str) -> list[list[dict]]:
@@ -104,7 +204,15 @@ def prefix_of(out_topic: str) -> str:
 
 
 def _query(spark, name: str, bootstrap: str, topic: str, out: str, ckpt: str,
-           max_per_trigger: int):
+           max_per_trigger: int, rows: int):
+    if name == FLOOR:
+        from sources.task_packing import DEFAULT_TARGET_TASKS
+
+        df = (spark.readStream.format("bench-python-floor").option("rows", rows)
+              .option("maxOffsetsPerTrigger", max_per_trigger)
+              .option("tasks", DEFAULT_TARGET_TASKS).load())
+        return (df.writeStream.format("noop").option("checkpointLocation", ckpt)
+                .trigger(availableNow=True).start())
     source = "kafka" if name == "spark_kafka_noop" else "kafka-eos"
     df = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", topic).option("startingOffsets", "earliest")
@@ -136,7 +244,7 @@ def run_pipeline(spark, name: str, bootstrap: str, topic: str, *, partitions: in
     try:
         started = time.perf_counter()
         query = _query(spark, name, bootstrap, topic, out_topic or out, ckpt,
-                       max(1, rows // batches))
+                       max(1, rows // batches), rows)
         finished = query.awaitTermination(timeout_s)
         wall = time.perf_counter() - started
         if not finished:
@@ -151,7 +259,7 @@ def run_pipeline(spark, name: str, bootstrap: str, topic: str, *, partitions: in
             raise RuntimeError(f"{name}: the query moved {moved} rows, the topic holds {rows}")
         ms = [p["durationMs"]["triggerExecution"] for p in progress]
         res: dict = {
-            "label": PIPELINES[name],
+            "label": LABELS[name],
             "batches": len(progress),
             "rows": moved,
             "trigger_execution_ms": ms,
@@ -197,6 +305,7 @@ def measure_in_session(spec: dict) -> dict:
 
     spark = peer_spark("kafka-eos-partitions-benchmark", quick_start=spec["quick"],
                        conf=SESSION_CONF)
+    register_floor(spark)
     out: dict = {"session_start_s": round(time.monotonic() - started, 1),
                  "load_average": {"start": load_average()}, "by_partitions": {}}
     log(f"session started in {out['session_start_s']} s")
@@ -208,7 +317,7 @@ def measure_in_session(spec: dict) -> dict:
         out["pyspark"] = pyspark.__version__
         if spec.get("warmup_topic"):  # not measured: workers, JIT, the broker's page cache
             w = spec["warmup_topic"]
-            for name in PIPELINES:
+            for name in LABELS:
                 run_pipeline(spark, name, spec["bootstrap"], w["topic"],
                              partitions=w["partitions"], rows=w["rows"], **common)
             log("warm-up done")
@@ -221,7 +330,7 @@ def measure_in_session(spec: dict) -> dict:
                     runs[name] = run_pipeline(spark, name, spec["bootstrap"], t["topic"],
                                               partitions=count, rows=t["rows"], **common)
                 except Exception as e:  # reported; the other pipelines still run
-                    runs[name] = {"label": PIPELINES[name],
+                    runs[name] = {"label": LABELS[name],
                                   "error": f"{type(e).__name__}: {str(e)[:1500]}"}
                     log(f"  {count} partitions, {name}: FAILED {str(e)[:300]}")
                     continue
@@ -229,7 +338,7 @@ def measure_in_session(spec: dict) -> dict:
                 log(f"  {count} partitions, {name}: p50 {r['trigger_execution_ms_p50']} ms over "
                     f"{r['batches']} batches, wall {r['wall_s']} s, tasks "
                     f"{r.get('tasks_per_batch', r.get('tasks_per_job'))} ({time.monotonic() - begin:.0f} s)")
-            out["by_partitions"][str(count)] = {n: runs[n] for n in PIPELINES if n in runs}
+            out["by_partitions"][str(count)] = {n: runs[n] for n in LABELS if n in runs}
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -10,6 +10,7 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 
 from benchmarks.__main__ import parse_args
 from benchmarks.partitions import (
+    FLOOR,
     delta_commits,
     delta_rows,
     kafka_transactions_per_commit,
@@ -48,8 +49,8 @@ def test_quick_shrinks_the_widths_unless_given():
     assert (full.records_per_partition, full.partition_batches) == (20, 5)
 
 
-def test_pipelines_alternate_their_order_between_counts():
-    assert order(0) == list(PIPELINES) and order(1) == list(PIPELINES)[::-1]
+def test_pipelines_alternate_their_order_between_counts_and_the_floor_runs_last():
+    assert order(0) == [*PIPELINES, FLOOR] and order(1) == [*list(PIPELINES)[::-1], FLOOR]
     assert order(2) == order(0)
 
 
@@ -64,6 +65,7 @@ def _section(eos: dict[int, float], spark: dict[int, float], files: list[int] | 
             "kafka_eos_delta_eos": {"trigger_execution_ms_p50": 700.0, "wall_s": 12.0,
                                     "files_per_commit": files},
             "kafka_eos_kafka_eos": {"error": "RuntimeError: broker gone"},
+            FLOOR: {"trigger_execution_ms_p50": 150.0, "wall_s": 4.0, "tasks_per_batch": [8] * 5},
         }
     return {"by_partitions": by}
 
@@ -103,6 +105,7 @@ def test_table_shows_each_pipeline_its_ratio_failures_and_the_verdicts():
             "- / - ms | 1,000 | - |") in text
     assert "| 8 | kafka-eos -> delta-eos | **700 ms** | 2.33x | 12 s | - / - ms | - | 8 |" in text
     assert "| 8 | kafka-eos -> kafka-eos | **failed**: RuntimeError: broker gone" in text
+    assert "| 8 | Python source floor -> noop | **150 ms** | 0.50x | 4 s | - / - ms | 8 | - |" in text
     assert "`kafka_eos_noop_p50_vs_its_p50_at_8[1000]` 2.2 (target <= 2): MISSED" in text
 
 
