@@ -304,7 +304,14 @@ def draw_partitions(section: dict, path: str) -> list[str]:
     """`--only partitions`: per-batch p50 and wall time against the partition count for each
     pipeline, kafka-eos -> noop's growth target drawn; files and transactions per commit.
     Returns the panels' titles."""
-    from benchmarks.partitions_report import MOST_FILES_PER_COMMIT, MOST_GROWTH, PIPELINES
+    from benchmarks.partitions_report import (
+        BESIDE,
+        FLOOR,
+        MOST_FILES_PER_COMMIT,
+        MOST_GROWTH,
+        PIPELINES,
+        TWO_TASKS,
+    )
 
     counts = sorted(int(c) for c in section["by_partitions"])
     colors = {"kafka_eos_noop": "#4C72B0", "spark_kafka_noop": "#DD8452",

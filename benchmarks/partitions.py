@@ -16,10 +16,11 @@ its own checkpoint, their order reversed at every other count:
 * `kafka-eos -> kafka-eos`: the Kafka sink, exactly-once, into a fresh topic of the same width,
   each record to its input partition (a mirror);
 
-and beside them, no target, the floor of any Python source: the same batches, in as many tasks
-as kafka-eos plans by default, from `bench-python-floor`, a Python source whose tasks yield one
-ready-made Arrow batch each (what Spark's Python source path costs a batch, reading nothing;
-its tasks freeze their worker's objects as kafka-eos's do).
+and after them, no target: `kafka-eos` into noop with `targetTasksPerBatch=2` (one task per
+core here, instead of the default 8), and the floor of any Python source: the same batches, in
+as many tasks as kafka-eos plans by default, from `bench-python-floor`, a Python source whose
+tasks yield one ready-made Arrow batch each (what Spark's Python source path costs a batch,
+reading nothing; its tasks freeze their worker's objects as kafka-eos's do).
 
 Each pipeline's figures: the p50 of Spark's `triggerExecution` over its batches and each batch's
 phases (`latestOffset`, `addBatch`, ...), the wall time from `start()` to the query's end, Spark
@@ -49,12 +50,9 @@ from pathlib import Path
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from benchmarks.partitions_report import FLOOR_LABEL, PIPELINES, p50
+from benchmarks.partitions_report import BESIDE, FLOOR, PIPELINES, TWO_TASKS, p50
 
 VALUE_BYTES = 100
-#: The floor beside the pipelines (not a target): the same batches, in as many tasks as
-#: kafka-eos plans, from a Python source that spends nothing on its data.
-FLOOR = "python_floor_noop"
 #: Spark's progress phases reported per pipeline (p50 over the batches).
 PHASES = ("latestOffset", "queryPlanning", "getBatch", "addBatch", "walCommit", "commitOffsets")
 
@@ -147,14 +145,14 @@ def register_floor(spark) -> None:
 # -- in the peers' environment ------------------------------------------------------------------
 
 
-LABELS = {**PIPELINES, FLOOR: FLOOR_LABEL}
+LABELS = {**PIPELINES, **BESIDE}
 
 
 def order(i: int) -> list[str]:
-    """The pipelines at the i-th count, the floor last: as listed at even i, reversed at odd
-    i."""
+    """The pipelines at the i-th count: as listed at even i, reversed at odd i; then those
+    reported beside them."""
     names = list(PIPELINES)
-    return (names if i % 2 == 0 else names[::-1]) + [FLOOR]
+    return (names if i % 2 == 0 else names[::-1]) + list(BESIDE)
 
 
 def delta_commits(table: str) -> list[list[dict]]:
@@ -214,9 +212,12 @@ def _query(spark, name: str, bootstrap: str, topic: str, out: str, ckpt: str,
         return (df.writeStream.format("noop").option("checkpointLocation", ckpt)
                 .trigger(availableNow=True).start())
     source = "kafka" if name == "spark_kafka_noop" else "kafka-eos"
-    df = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", topic).option("startingOffsets", "earliest")
-          .option("maxOffsetsPerTrigger", max_per_trigger).load())
+    reader = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", max_per_trigger))
+    if name == TWO_TASKS:
+        reader = reader.option("targetTasksPerBatch", 2)
+    df = reader.load()
     if name == "kafka_eos_delta_eos":
         writer = df.writeStream.format("delta-eos").option("path", out)
     elif name == "kafka_eos_kafka_eos":

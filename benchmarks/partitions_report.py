@@ -13,9 +13,16 @@ PIPELINES = {
     "kafka_eos_delta_eos": "kafka-eos -> delta-eos",
     "kafka_eos_kafka_eos": "kafka-eos -> kafka-eos",
 }
-#: Reported beside them, no target: the same batches from a Python source that reads nothing,
-#: in as many tasks as kafka-eos plans (what any Python source pays per batch here).
-FLOOR_LABEL = "Python source floor -> noop"
+#: Reported beside them, no target, after them at each count: kafka-eos with one task per core
+#: of this machine instead of its default 8, and the same batches from a Python source that
+#: reads nothing, in as many tasks as kafka-eos plans by default (what any Python source pays
+#: per batch here).
+TWO_TASKS = "kafka_eos_2_tasks_noop"
+FLOOR = "python_floor_noop"
+BESIDE = {
+    TWO_TASKS: "kafka-eos, targetTasksPerBatch=2 -> noop",
+    FLOOR: "Python source floor -> noop",
+}
 #: Per-batch cost at the largest partition count over that at the smallest, kafka-eos -> noop.
 MOST_GROWTH = 2.0
 #: kafka-eos -> noop's per-batch p50 over format("kafka") -> noop's, at every count.
@@ -106,7 +113,7 @@ def table(section: dict) -> str:
     for count in sorted(section["by_partitions"], key=int):
         runs = section["by_partitions"][count]
         spark_p50 = _p50_of(section, count, "spark_kafka_noop")
-        for name, label in (*PIPELINES.items(), ("python_floor_noop", FLOOR_LABEL)):
+        for name, label in (*PIPELINES.items(), *BESIDE.items()):
             r = runs.get(name)
             if r is None:
                 continue

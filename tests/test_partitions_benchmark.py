@@ -10,14 +10,15 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 
 from benchmarks.__main__ import parse_args
 from benchmarks.partitions import (
-    FLOOR,
     delta_commits,
     delta_rows,
     kafka_transactions_per_commit,
     order,
 )
 from benchmarks.partitions_report import (
+    FLOOR,
     MOST_FILES_PER_COMMIT,
+    TWO_TASKS,
     PIPELINES,
     evaluate,
     p50,
@@ -49,8 +50,9 @@ def test_quick_shrinks_the_widths_unless_given():
     assert (full.records_per_partition, full.partition_batches) == (20, 5)
 
 
-def test_pipelines_alternate_their_order_between_counts_and_the_floor_runs_last():
-    assert order(0) == [*PIPELINES, FLOOR] and order(1) == [*list(PIPELINES)[::-1], FLOOR]
+def test_pipelines_alternate_their_order_between_counts_and_those_beside_them_run_last():
+    assert order(0) == [*PIPELINES, TWO_TASKS, FLOOR]
+    assert order(1) == [*list(PIPELINES)[::-1], TWO_TASKS, FLOOR]
     assert order(2) == order(0)
 
 
