@@ -346,12 +346,19 @@ def draw_partitions(section: dict, path: str) -> list[str]:
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.legend(fontsize=8)
+    for name, style in ((TWO_TASKS, "--"), (FLOOR, ":")):
+        beside = [(c, section["by_partitions"][str(c)].get(name, {})) for c in counts]
+        pts = [(c, r["trigger_execution_ms_p50"]) for c, r in beside
+               if "trigger_execution_ms_p50" in r]
+        if pts:
+            ax1.plot([c for c, _ in pts], [v for _, v in pts], linestyle=style, marker=".",
+                     color="grey", label=f"{BESIDE[name]} (no target)")
     base = runs["kafka_eos_noop"][0][1].get("trigger_execution_ms_p50")
     if base and len(counts) > 1:
         ax1.hlines(base * MOST_GROWTH, counts[0], counts[-1], colors="crimson", linestyles="--",
                    linewidth=1.2, label=f"target: kafka-eos -> noop ≤ {MOST_GROWTH:g}x its "
                                         f"p50 at {counts[0]:,}")
-        ax1.legend(fontsize=8)
+    ax1.legend(fontsize=7.5)
 
     xs = range(len(counts))
     files = [max(r.get("files_per_commit") or [0]) for _, r in runs["kafka_eos_delta_eos"]]

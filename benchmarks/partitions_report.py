@@ -1,5 +1,7 @@
 """The partition-count benchmark's targets, verdicts and table (benchmarks/partitions.py): pure
 logic over its section of results.json, no Spark, no broker (tests/test_partitions_benchmark.py).
+
+    python -m benchmarks.partitions_report docs/benchmarks/partitions-apache-kafka-4.4.json
 """
 
 from __future__ import annotations
@@ -94,6 +96,11 @@ def _n(x, unit: str = "") -> str:
     return f"{int(x):,}{unit}"
 
 
+def _v(x) -> str:
+    """A verdict's value: a ratio to two decimals, a count as it is."""
+    return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else f"{x:,}"
+
+
 def _spread(values: list[int] | None) -> str:
     if not values:
         return "-"
@@ -132,7 +139,7 @@ def table(section: dict) -> str:
                 f"{_spread(per_commit)} |")
     verdicts = section.get("targets") or evaluate(section)
     lines += ["", "Targets: " + "; ".join(
-        f"`{name}` {_n(v['value'])} (target {v['target']}): {'met' if v['met'] else 'MISSED'}"
+        f"`{name}` {_v(v['value'])} (target {v['target']}): {'met' if v['met'] else 'MISSED'}"
         for name, v in verdicts.items()) + "."]
     load = section.get("load_average", {})
     start = (load.get("start") or ["?"])[0]
@@ -140,3 +147,12 @@ def table(section: dict) -> str:
     lines.append(f"1-minute load average {start} at the start, {end} at the end; "
                  f"{section.get('duration_s', '?')} s.")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    with open(sys.argv[1] if len(sys.argv) > 1 else
+              "docs/benchmarks/partitions-apache-kafka-4.4.json") as f:
+        print(table(json.load(f)["partitions"]))

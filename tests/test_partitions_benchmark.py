@@ -4,6 +4,9 @@ written by delta-rs and a real sink transaction log. No Spark, no broker."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, Transaction, write_deltalake
@@ -26,6 +29,8 @@ from benchmarks.partitions_report import (
     table,
 )
 from sinks.txn_log import TransactionLog
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_partition_counts_are_sorted_positive_and_bad_ones_name_the_option(capsys):
@@ -108,7 +113,7 @@ def test_table_shows_each_pipeline_its_ratio_failures_and_the_verdicts():
     assert "| 8 | kafka-eos -> delta-eos | **700 ms** | 2.33x | 12 s | - / - ms | - | 8 |" in text
     assert "| 8 | kafka-eos -> kafka-eos | **failed**: RuntimeError: broker gone" in text
     assert "| 8 | Python source floor -> noop | **150 ms** | 0.50x | 4 s | - / - ms | 8 | - |" in text
-    assert "`kafka_eos_noop_p50_vs_its_p50_at_8[1000]` 2.2 (target <= 2): MISSED" in text
+    assert "`kafka_eos_noop_p50_vs_its_p50_at_8[1000]` 2.25 (target <= 2): MISSED" in text
 
 
 def test_p50_is_the_nearest_rank_median():
@@ -144,3 +149,15 @@ def test_transactions_per_commit_count_the_decided_transactions_of_each_batch(tm
     log.record_decision(1, {0: txn(0), 1: {"flushed": True}})  # no transaction in it
     log.record_decision(1, {0: txn(0)})  # a re-decision of the same partition: one transaction
     assert kafka_transactions_per_commit(str(tmp_path)) == [3, 1]
+
+
+def test_the_performance_page_shows_the_table_of_the_run_it_links_to():
+    """`python -m benchmarks.partitions_report docs/benchmarks/partitions-apache-kafka-4.4.json`
+    is what docs/performance.md shows, with the run's verdicts: a new run updates both."""
+    section = json.loads(
+        (ROOT / "docs/benchmarks/partitions-apache-kafka-4.4.json").read_text())["partitions"]
+    assert section["targets"] == evaluate(section)
+    page = (ROOT / "docs/performance.md").read_text()
+    assert table(section).split("\n\nTargets:")[0] in page
+    assert "](benchmarks/partitions-apache-kafka-4.4.json)" in page
+    assert "](benchmarks/partitions-apache-kafka-4.4.png)" in page
