@@ -336,9 +336,10 @@ def measure_in_session(spec: dict) -> dict:
                     log(f"  {count} partitions, {name}: FAILED {str(e)[:300]}")
                     continue
                 r = runs[name]
+                tasks = r.get("tasks_per_batch", r.get("tasks_per_job"))
                 log(f"  {count} partitions, {name}: p50 {r['trigger_execution_ms_p50']} ms over "
-                    f"{r['batches']} batches, wall {r['wall_s']} s, tasks "
-                    f"{r.get('tasks_per_batch', r.get('tasks_per_job'))} ({time.monotonic() - begin:.0f} s)")
+                    f"{r['batches']} batches, wall {r['wall_s']} s, tasks {tasks} "
+                    f"({time.monotonic() - begin:.0f} s)")
             out["by_partitions"][str(count)] = {n: runs[n] for n in LABELS if n in runs}
     finally:
         spark.stop()

@@ -74,14 +74,15 @@ def evaluate(section: dict) -> dict:
         out[name] = {"value": value if ok else None, "target": f"{op} {target:g}", "met": met}
 
     lo, hi = counts[0], counts[-1]
+    def eos(c) -> float | None:
+        return _p50_of(section, c, "kafka_eos_noop")
+
     if hi != lo:
-        verdict(f"kafka_eos_noop_p50_vs_its_p50_at_{lo}[{hi}]",
-                _ratio(_p50_of(section, hi, "kafka_eos_noop"), _p50_of(section, lo, "kafka_eos_noop")),
-                "<=", MOST_GROWTH)
+        verdict(f"kafka_eos_noop_p50_vs_its_p50_at_{lo}[{hi}]", _ratio(eos(hi), eos(lo)), "<=",
+                MOST_GROWTH)
     for c in counts:
         verdict(f"kafka_eos_noop_p50_vs_format_kafka_noop[{c}]",
-                _ratio(_p50_of(section, c, "kafka_eos_noop"), _p50_of(section, c, "spark_kafka_noop")),
-                "<=", MOST_VS_SPARK)
+                _ratio(eos(c), _p50_of(section, c, "spark_kafka_noop")), "<=", MOST_VS_SPARK)
     files = section["by_partitions"][str(hi)].get("kafka_eos_delta_eos", {}).get("files_per_commit")
     verdict(f"delta_eos_files_per_commit_max[{hi}]", max(files) if files else None, "<=",
             MOST_FILES_PER_COMMIT)

@@ -112,7 +112,8 @@ def test_table_shows_each_pipeline_its_ratio_failures_and_the_verdicts():
             "- / - ms | 1,000 | - |") in text
     assert "| 8 | kafka-eos -> delta-eos | **700 ms** | 2.33x | 12 s | - / - ms | - | 8 |" in text
     assert "| 8 | kafka-eos -> kafka-eos | **failed**: RuntimeError: broker gone" in text
-    assert "| 8 | Python source floor -> noop | **150 ms** | 0.50x | 4 s | - / - ms | 8 | - |" in text
+    assert ("| 8 | Python source floor -> noop | **150 ms** | 0.50x | 4 s | - / - ms | 8 | - |"
+            in text)
     assert "`kafka_eos_noop_p50_vs_its_p50_at_8[1000]` 2.25 (target <= 2): MISSED" in text
 
 
