@@ -17,6 +17,12 @@ KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
                                                # 100,000 keys into 10,000,000 rows, against an
                                                # append (a few minutes; no broker, no Spark):
                                                # merged into DIR/results.json likewise
+    python -m benchmarks --only partitions     # per-batch cost at 8, 200 and 1,000 partitions:
+                                               # kafka-eos into noop, delta-eos and kafka-eos
+                                               # beside format("kafka") -> noop, in the peers'
+                                               # PySpark 4.2.0 session (benchmarks/partitions.py;
+                                               # merged into DIR/results.json, chart in
+                                               # DIR/partitions.png)
 
 For each value size (100 B and 1 KB by default) it measures:
   * the kafka-eos source into Spark's no-op sink against raw confluent-kafka consumers, one
@@ -91,9 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="measured runs of each side, alternating; the best of each is kept")
     ap.add_argument("--only", default="source,kafka,delta,memory,latency",
                     help="comma-separated subset of source,kafka,delta,memory,latency,"
-                         "delta-long-run,upsert-scale; latency, delta-long-run and "
-                         "upsert-scale alone are merged into an existing results.json, the "
-                         "rest kept")
+                         "delta-long-run,upsert-scale,partitions; latency, delta-long-run, "
+                         "upsert-scale and partitions alone are merged into an existing "
+                         "results.json, the rest kept")
     ap.add_argument("--latency-batches", type=int, default=30,
                     help="measured micro-batches per pipeline of the latency section (default 30)")
     ap.add_argument("--latency-warmup", type=int, default=3,
@@ -118,6 +124,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="changes in the upsert-scale batch (default 1000000)")
     ap.add_argument("--upsert-keys", type=int, default=100_000,
                     help="keys those changes are on (default 100000)")
+    ap.add_argument("--partition-counts", default="8,200,1000",
+                    help="topic widths of --only partitions (default 8,200,1000)")
+    ap.add_argument("--records-per-partition", type=int, default=20,
+                    help="records in each partition of those topics (default 20)")
+    ap.add_argument("--partition-batches", type=int, default=5,
+                    help="micro-batches each --only partitions query reads its topic in "
+                         "(maxOffsetsPerTrigger = the topic's records / this; default 5)")
     ap.add_argument("--peers", action="store_true",
                     help="only the peers lane (benchmarks/peers.py): kafka-eos and delta-eos "
                          "against Spark's format(\"kafka\") and delta-spark's format(\"delta\") "
@@ -148,10 +161,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  "last 10)")
     if args.peers_delta_rows < 1:
         ap.error("--peers-delta-rows: at least 1")
+    if args.records_per_partition < 1 or args.partition_batches < 1:
+        ap.error("--records-per-partition, --partition-batches: at least 1")
+    from benchmarks.partitions_report import parse_counts
     from benchmarks.peers_report import parse_sections
 
     try:
         parse_sections(args.peers_only)
+        parse_counts(args.partition_counts)
     except ValueError as e:
         ap.error(str(e))
     if args.delta_long_run:
@@ -174,6 +191,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.upsert_table_rows = min(args.upsert_table_rows, 20_000)
         args.upsert_changes = min(args.upsert_changes, 5_000)
         args.upsert_keys = min(args.upsert_keys, 500)
+        if args.partition_counts == ap.get_default("partition_counts"):
+            args.partition_counts = "2,8"
+        args.records_per_partition = min(args.records_per_partition, 5)
     return args
 
 
@@ -401,6 +421,13 @@ def main(argv: list[str] | None = None) -> int:
     if "upsert-scale" in only:
         raise SystemExit("python -m benchmarks: --only upsert-scale runs on its own (it needs "
                          "neither the broker nor Spark)")
+    if only == {"partitions"}:
+        from benchmarks import partitions
+
+        return partitions.run(args, argv)
+    if "partitions" in only:
+        raise SystemExit("python -m benchmarks: --only partitions runs on its own (in the "
+                         "peers' PySpark 4.2.0 session)")
     if "latency" in only and only <= {"latency", "delta-long-run"}:
         return latency_only(args, argv, only)
     sizes = [int(s) for s in args.value_sizes.split(",")]
@@ -490,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.exists(json_path):
         with open(json_path) as f:  # sections measured by their own command: kept
             previous = json.load(f)
-        for key in ("delta_long_run", "latency", "upsert_scale"):
+        for key in ("delta_long_run", "latency", "upsert_scale", "partitions"):
             if key not in results and key in previous:
                 results[key] = previous[key]
     _latency_targets(results)

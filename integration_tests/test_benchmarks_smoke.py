@@ -196,3 +196,46 @@ def test_latency_section_reports_every_pipeline_and_keeps_the_other_sections(tmp
     for t in section["targets"].values():
         assert isinstance(t["met"], bool) and t["target"]
     assert "| kafka-eos readMode=driver -> delta-eos |" in stdout
+
+
+#: Every pipeline of `--only partitions`, the floor included.
+PARTITION_PIPELINES = ("kafka_eos_noop", "spark_kafka_noop", "kafka_eos_delta_eos",
+                       "kafka_eos_kafka_eos", "kafka_eos_2_tasks_noop", "python_floor_noop")
+
+
+@pytest.mark.timeout(600)
+def test_partitions_section_reports_every_pipeline_and_what_a_commit_carries(tmp_path, broker):
+    """`--only partitions` at one tiny width in the peers' PySpark 4.2.0 session (3 partitions
+    of 2 records, 2 batches, no warm-up): every pipeline read every record in its 2 batches,
+    and each sink's commits carry what the status tracker says its batches ran: a file per
+    task in the Delta log, a transaction per task in the Kafka sink's log. Merged into an
+    existing results.json. No timed assertions."""
+    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers)
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"by_value_size": {"100 B": {"kept": True}}}))
+    width, per, batches = 3, 2, 2
+    results, stdout = _run_benchmarks(
+        out, "--only", "partitions", "--quick", "--partition-counts", str(width),
+        "--records-per-partition", str(per), "--partition-batches", str(batches),
+        timeout=600, env=env)
+    assert results["by_value_size"] == {"100 B": {"kept": True}}
+    assert (out / "partitions.png").stat().st_size > 0
+    section = results["partitions"]
+    assert "--only partitions" in section["command"] and section["pyspark"] == "4.2.0"
+    runs = section["by_partitions"][str(width)]
+    assert list(runs) == list(PARTITION_PIPELINES)
+    for name, r in runs.items():
+        assert "error" not in r, (name, r.get("error"))
+        assert r["batches"] == batches and r["rows"] == width * per, name
+        assert len(r["trigger_execution_ms"]) == batches and r["trigger_execution_ms_p50"] > 0
+        assert r["wall_s"] > 0 and len(r["tasks_per_batch"]) == batches, name
+        assert all(t >= 1 for t in r["tasks_per_batch"]), name
+    delta, kafka = runs["kafka_eos_delta_eos"], runs["kafka_eos_kafka_eos"]
+    assert delta["files_per_commit"] == delta["tasks_per_batch"]
+    assert delta["sink_rows"] == kafka["sink_rows"] == width * per
+    assert kafka["transactions_per_commit"] == kafka["tasks_per_batch"]
+    assert set(section["targets"]) == {  # one width: no growth to judge
+        f"kafka_eos_noop_p50_vs_format_kafka_noop[{width}]",
+        f"delta_eos_files_per_commit_max[{width}]"}
+    assert "| 3 | Python source floor -> noop |" in stdout

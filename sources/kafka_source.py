@@ -35,6 +35,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from connectors.options import OptionError
+from connectors.worker_gc import freeze_long_lived
 from sources import offsets as off
 from sources.batch_metrics import PlannedBatch, batch_detail, batch_line, emit
 from sources.group_commit import GroupOffsetCommitter
@@ -135,6 +136,9 @@ def read_partition(options: KafkaSourceOptions, partition: InputPartition,
 
 def _read_ranges(options: KafkaSourceOptions,
                  partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    # Once per worker: PySpark's full collection after each task then skips the imports
+    # (connectors/worker_gc.py), instead of costing every later task 35-280 ms.
+    freeze_long_lived()
     if not isinstance(partition, KafkaInputPartition):
         # A batch read with nothing to read: PySpark runs one task with InputPartition(None)
         # when the plan is empty (pyspark/sql/worker/plan_data_source_read.py).
