@@ -5,7 +5,7 @@ whether Spark committed it, the sink's transaction log (prepared, decided, commi
 with the handles (Kafka transactional ids and producer id/epoch, PostgreSQL gids, Delta files),
 the age of each open Kafka transaction against its timeout, and what a restart's recovery would
 do: the plan of sinks/recovery_plan.py, the one the template's recovery carries out. Nothing is
-written and no store is contacted. Secrets never reach the output (connectors/redaction.py).
+written and no store is contacted. Secrets never reach the output (connectors/core/redaction.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from connectors.redaction import redact
+from connectors.core.redaction import redact
 from connectors.spark_checkpoint import OffsetEntry, SparkCheckpoint, idle_seconds
 from sinks.recovery_plan import RecoveryPlan, plan_recovery
 from sinks.txn_log import BatchState, Handle, TransactionLog

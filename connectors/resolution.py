@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.inspection import handle_kind, sink_log
-from connectors.options import OptionError, is_secret
-from connectors.redaction import redact
+from connectors.core.options import OptionError, is_secret
+from connectors.core.redaction import redact
 from connectors.spark_checkpoint import SparkCheckpoint, idle_seconds
 from sinks.recovery_plan import RecoveryPlan, plan_recovery
 from sinks.txn_log import Handle
@@ -115,7 +115,7 @@ def _kafka_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions)
 def _postgres_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions):
     import pyarrow as pa
 
-    from connectors import extras
+    from connectors.core import extras
 
     extras.require("postgres")  # MissingExtra: the pip install to run
     from sinks.postgres import PostgresOptions, PostgresSink, TableName, parse_url, redacted_url
@@ -155,7 +155,7 @@ def _delta_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions,
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    from connectors.paths import normalise
+    from connectors.core.paths import normalise
     from sinks.delta import DeltaSink
     from sinks.delta.options import DEFAULT_ORPHAN_RETENTION_MS, DeltaOptions, UpsertOptions
 

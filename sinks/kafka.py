@@ -33,7 +33,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.kafka_client import (
+from connectors.core.kafka_client import (
     RETRY_TIMEOUT_OPTION,
     KafkaRetriesExhausted,
     RetryPolicy,
@@ -61,7 +61,7 @@ from sinks.kafka_commit import (
     fence_transactional_id,
     transaction_outcome,
 )
-from connectors.options import OptionError, Options
+from connectors.core.options import OptionError, Options
 from sinks.two_phase_commit import (
     AT_LEAST_ONCE,
     EXACTLY_ONCE,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing import apache_kafka as ak
-from connectors.testing.certs import generate_test_pki
+from connectors.local import apache_kafka as ak
+from integration_tests.support.certs import generate_test_pki
 
 
 @pytest.fixture(scope="module")

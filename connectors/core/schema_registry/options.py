@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from connectors.options import OptionError, Options, is_secret
-from connectors.redaction import MASK, redact_text
+from connectors.core.options import OptionError, Options, is_secret
+from connectors.core.redaction import MASK, redact_text
 
 Side = Literal["value", "key"]
 
@@ -44,7 +44,7 @@ DEFAULT_HTTP_TIMEOUT_S = 10.0
 #: Client settings confluent-kafka wants as numbers; Spark hands every option over as a string.
 _NUMERIC_CLIENT_KEYS = ("timeout", "cache.capacity", "cache.latest.ttl.sec", "max.retries",
                         "retries.wait.ms", "retries.max.wait.ms")
-#: Client settings holding a secret that `connectors.options.is_secret` does not catch by name.
+#: Client settings holding a secret that `connectors.core.options.is_secret` does not catch by name.
 _SECRET_CLIENT_KEYS = ("basic.auth.user.info",)
 
 

@@ -9,10 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from connectors.schema_registry.client import RegistryClient
-from connectors.schema_registry.decoding import BadRecord, ColumnDecoder, ReaderSchema, split_header
-from connectors.schema_registry.json_schema_types import json_plan
-from connectors.schema_registry.options import RegistryOptions
+from connectors.core.schema_registry.client import RegistryClient
+from connectors.core.schema_registry.decoding import (
+    BadRecord,
+    ColumnDecoder,
+    ReaderSchema,
+    split_header,
+)
+from connectors.core.schema_registry.json_schema_types import json_plan
+from connectors.core.schema_registry.options import RegistryOptions
 
 try:
     import orjson

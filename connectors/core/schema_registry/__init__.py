@@ -2,13 +2,13 @@
 source and sink: option parsing, the registry client and its per-process schema cache.
 """
 
-from connectors.schema_registry.client import (
+from connectors.core.schema_registry.client import (
     RegistryClient,
     RegistryError,
     RegistryUnavailable,
     registry_client,
 )
-from connectors.schema_registry.options import (
+from connectors.core.schema_registry.options import (
     FORMATS,
     OPTION_PREFIX,
     RegistryOptions,

@@ -3,9 +3,9 @@ strings with passwords (a PostgreSQL URL, a SASL setting), and a terminal or a t
 place for them.
 
 `redact` walks any JSON-like value: a value under a key that names a secret
-(connectors.options.is_secret: password, secret, jaas, token, ...) becomes "***"; in any string,
-the password of a URL (`scheme://user:PASSWORD@host`) and of libpq's `password=...` form are
-masked, wherever they appear.
+(connectors.core.options.is_secret: password, secret, jaas, token, ...) becomes "***"; in any
+string, the password of a URL (`scheme://user:PASSWORD@host`) and of libpq's `password=...`
+form are masked, wherever they appear.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from connectors.options import is_secret
+from connectors.core.options import is_secret
 
 MASK = "***"
 #: scheme://user:password@ -> the password part (up to the last @ before the host).

@@ -1,17 +1,18 @@
 """Real Apache Kafka, run from its Maven jars: one KRaft node (broker and controller) on loopback.
 
-The suite's broker (docs/testing.md) and, where Java reaches Maven Central, the
-demo's and `kafka-eos broker`'s. The jars are resolved once into a cache outside the repository
-(`cache_dir()`): with `mvn` from a small generated pom where Maven is installed, otherwise with the
-Ivy that PySpark ships. Two generations are pinned:
+The demo's and `kafka-eos broker`'s broker where Java reaches Maven Central, and the suite's
+(docs/testing.md; integration_tests/support/brokers.py). The jars are resolved once into a cache
+outside the repository (`cache_dir()`): with `mvn` from a small generated pom where Maven is
+installed, otherwise with the Ivy that PySpark ships. Two generations are pinned:
 
 * `LATEST` (4.x): new clusters finalize `transaction.version` at 2 (KIP-890 part 2); `start()`
   checks the finalized level through ApiVersions and fails loudly if it is not the expected one;
 * `GENERATION_3` (3.9.x): transaction version 1, what most managed clusters still run.
 
-One node serves every listener the tests need: PLAINTEXT (set-up, checks, super user), SASL_SSL
-(SCRAM-SHA-512/256), SSL (no client certificate), MTLS (SSL, client certificate required),
-SASL_PLAINTEXT (PLAIN and SCRAM). The StandardAuthorizer is on: the PLAINTEXT and TLS-only
+A node serves PLAINTEXT; given a PKI (`make_pki`, the tests' throwaway certificates), it also
+serves every secured listener the tests need: SASL_SSL (SCRAM-SHA-512/256), SSL (no client
+certificate), MTLS (SSL, client certificate required), SASL_PLAINTEXT (PLAIN and SCRAM). The
+StandardAuthorizer is on: the PLAINTEXT and TLS-only
 principals and the SASL user `alice` are super users, `limited` has no ACL at all (the tests of
 ACL refusals use it). `kill()` / `restart()` SIGKILL the JVM and start it again on its data
 directory; `freeze()` / `resume()` (the Broker's) SIGSTOP and SIGCONT it.
@@ -30,18 +31,12 @@ import signal
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from connectors.testing.broker import (
-    Broker,
-    _wait_until_ready,
-    free_port,
-    port_free,
-    property_value,
-)
-from connectors.testing.certs import TestPKI, generate_test_pki
+from connectors.local.broker import _wait_until_ready, free_port, port_free
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +70,19 @@ GENERATIONS = {"4": LATEST, "3": GENERATION_3}
 
 SCRAM_USER = "alice"
 LIMITED_USER = "limited"  # a SASL user with no ACL: for the authorizer's refusals
-CLIENT_CN = "test client"  # the CN of connectors.testing.certs' client certificate
+CLIENT_CN = "test client"  # the CN of integration_tests.support.certs' client certificate
+
+
+class ServerPKI(Protocol):
+    """The certificates a node's TLS listeners serve (paths of PEM files)."""
+
+    ca_pem: str
+    server_cert_pem: str
+    server_key_pem: str
+
+
+#: Makes a PKI in the directory it is given (integration_tests/support/certs.py).
+MakePKI = Callable[[str], ServerPKI]
 
 
 class KafkaUnavailable(RuntimeError):
@@ -202,28 +209,42 @@ def _fetch_jars(generation: Generation, lib: Path, done: Path) -> Path:
 
 # -- configuration ---------------------------------------------------------------------------
 
+
+def property_value(value: str) -> str:
+    """A value as the image writes it, verbatim after `key=`, into server.properties, which Java's
+    Properties.load reads: backslashes and line breaks (PEM) escaped."""
+    return value.replace("\\", "\\\\").replace("\r", "").replace("\n", "\\n")
+
+
 LISTENERS = ("PLAINTEXT", "SASL_SSL", "SSL", "MTLS", "SASL_PLAINTEXT")
 _PROTOCOLS = {"PLAINTEXT": "PLAINTEXT", "SASL_SSL": "SASL_SSL", "SSL": "SSL", "MTLS": "SSL",
               "SASL_PLAINTEXT": "SASL_PLAINTEXT", "CONTROLLER": "PLAINTEXT"}
 SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 
 
+def served_listeners(pki: ServerPKI | None) -> tuple[str, ...]:
+    """The listeners a node serves: every one of LISTENERS with a PKI, else PLAINTEXT only."""
+    return LISTENERS if pki is not None else ("PLAINTEXT",)
+
+
 def server_properties(
-    generation: Generation, ports: dict[str, int], data_dir: str, pki: TestPKI,
+    generation: Generation, ports: dict[str, int], data_dir: str, pki: ServerPKI | None,
     passwords: dict[str, str], overrides: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """server.properties of the single node (values unescaped)."""
+    """server.properties of the single node (values unescaped): the secured listeners and
+    their SASL users only with a `pki`."""
     def pem(path: str) -> str:
         return Path(path).read_text().strip() + "\n"
 
-    listeners = [*LISTENERS, "CONTROLLER"]
+    served = served_listeners(pki)
+    listeners = [*served, "CONTROLLER"]
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{ports['CONTROLLER']}",
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in listeners),
-        "advertised.listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in LISTENERS),
+        "advertised.listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in served),
         "listener.security.protocol.map": ",".join(f"{n}:{_PROTOCOLS[n]}" for n in listeners),
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": data_dir,
@@ -241,29 +262,32 @@ def server_properties(
         "log.flush.interval.messages": "9223372036854775807",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": f"User:ANONYMOUS;User:{SCRAM_USER};User:{CLIENT_CN}",
-        "ssl.principal.mapping.rules": "RULE:^.*CN=([^,]+).*$/$1/,DEFAULT",
-        "sasl.enabled.mechanisms": ",".join([*SCRAM_MECHANISMS, "PLAIN"]),
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.certificate.chain": pem(pki.server_cert_pem) + pem(pki.ca_pem),
-        "ssl.keystore.key": pem(pki.server_key_pem),
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.certificates": pem(pki.ca_pem),
-        "ssl.endpoint.identification.algorithm": "",
-        "listener.name.mtls.ssl.client.auth": "required",
-        "listener.name.sasl_ssl.ssl.client.auth": "requested",
     }
+    if pki is not None:
+        props.update({
+            "ssl.principal.mapping.rules": "RULE:^.*CN=([^,]+).*$/$1/,DEFAULT",
+            "sasl.enabled.mechanisms": ",".join([*SCRAM_MECHANISMS, "PLAIN"]),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.certificate.chain": pem(pki.server_cert_pem) + pem(pki.ca_pem),
+            "ssl.keystore.key": pem(pki.server_key_pem),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.certificates": pem(pki.ca_pem),
+            "ssl.endpoint.identification.algorithm": "",
+            "listener.name.mtls.ssl.client.auth": "required",
+            "listener.name.sasl_ssl.ssl.client.auth": "requested",
+        })
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        plain_users = " ".join(f'user_{u}="{p}"' for u, p in passwords.items())
+        plain = f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};"
+        for listener in ("sasl_ssl", "sasl_plaintext"):
+            for mechanism in SCRAM_MECHANISMS:
+                props[f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config"] = scram
+            props[f"listener.name.{listener}.plain.sasl.jaas.config"] = plain
     if generation.major >= 4:
         props.update({
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
         })
-    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-    plain_users = " ".join(f'user_{u}="{p}"' for u, p in passwords.items())
-    plain = f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};"
-    for listener in ("sasl_ssl", "sasl_plaintext"):
-        for mechanism in SCRAM_MECHANISMS:
-            props[f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config"] = scram
-        props[f"listener.name.{listener}.plain.sasl.jaas.config"] = plain
     props.update(overrides or {})
     return props
 
@@ -318,7 +342,8 @@ class ApacheKafka:
     generation: Generation
     workdir: Path
     ports: dict[str, int]
-    pki: TestPKI
+    #: The certificates of the secured listeners; None: PLAINTEXT only.
+    pki: ServerPKI | None
     passwords: dict[str, str] = field(repr=False)
     jvm_options: tuple[str, ...] = ()
     process: subprocess.Popen | None = field(default=None, repr=False)
@@ -437,38 +462,38 @@ def _die_with_parent() -> None:
 
 def finalized_feature(bootstrap: str, name: str, timeout_s: float = 10.0) -> int:
     """The cluster's finalized level of feature `name` (0 when not finalized), from ApiVersions
-    v3's tagged fields."""
-    from kafka.protocol.metadata.api_versions import ApiVersionsRequest
+    v3 as kafka-python's admin client reads it."""
+    from kafka.admin import KafkaAdminClient
 
-    from sinks.kafka_commit import commit_client
-
-    request = ApiVersionsRequest(client_software_name="kafka-eos",
-                                 client_software_version="1", version=3)
-    response = commit_client(bootstrap).call(request, timeout_s=timeout_s)
-    for feature in response.finalized_features or []:
-        if feature.name == name:
-            return int(feature.max_version_level)
-    return 0
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kafka-eos",
+                             request_timeout_ms=int(timeout_s * 1000))
+    try:
+        features = admin.describe_features()
+    finally:
+        admin.close()
+    return int(features.get(name, {}).get("finalized", (0, 0))[1])
 
 
 @contextlib.contextmanager
 def apache_kafka(
     generation: Generation = LATEST, *, overrides: dict[str, str] | None = None,
     check_transaction_version: bool = True, plaintext_port: int | None = None,
+    make_pki: MakePKI | None = None,
 ) -> Iterator[ApacheKafka]:
     """Fetch (once), format and start one node; stop it and delete its data on exit.
     `plaintext_port`: the PLAINTEXT listener's port (`kafka-eos broker --port`), else a free
-    one; the other listeners always take free ports."""
+    one; the other listeners always take free ports. `make_pki`: the secured listeners too,
+    with the PKI it makes in the node's directory (and SASL users with random passwords)."""
     kafka_jars(generation)
     workdir = Path(tempfile.mkdtemp(prefix=f"apache-kafka-{generation.version}-"))
     try:
-        pki = generate_test_pki(str(workdir / "pki"))
+        pki = make_pki(str(workdir / "pki")) if make_pki is not None else None
         passwords = {SCRAM_USER: secrets.token_urlsafe(16),
-                     LIMITED_USER: secrets.token_urlsafe(16)}
+                     LIMITED_USER: secrets.token_urlsafe(16)} if pki is not None else {}
         for attempt in range(3):
             # Free ports are picked before the JVM binds them: another process may take one
             # in between (a busy test machine). Then the node is formatted afresh on new ones.
-            ports = {name: free_port() for name in (*LISTENERS, "CONTROLLER")}
+            ports = {name: free_port() for name in (*served_listeners(pki), "CONTROLLER")}
             if plaintext_port:
                 ports["PLAINTEXT"] = plaintext_port
             shutil.rmtree(workdir / "data", ignore_errors=True)
@@ -495,11 +520,3 @@ def apache_kafka(
             kafka.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def apache_kafka_broker(generation: Generation = LATEST) -> Iterator[Broker]:
-    """`apache_kafka()` as the suite's `Broker` (kind "apache-kafka"): freeze() stops the JVM,
-    `broker.node` the node itself (kill, restart, listeners)."""
-    with apache_kafka(generation) as kafka:
-        yield Broker(kafka.bootstrap_servers, "apache-kafka", node=kafka)

@@ -2,19 +2,19 @@
 payload) into one Arrow struct column of the reader schema, inside the task that read them.
 
 The reader schema is fixed when the query starts (`ReaderSchema`, resolved on the driver and
-pickled to tasks). A task builds its decoder once per process and schema (`decoder_for`), and
-asks the registry once per process for each writer schema id it meets. A record that cannot be
-decoded (no magic byte, unknown id, a payload that does not decode, a writer schema the reader
-schema cannot resolve, a value that does not fit its column) fails the task under
-`mode=FAILFAST`, naming topic, partition, offset, schema id and field; under `PERMISSIVE` it
-becomes a null struct (its bytes stay in `rawValue` with `includeRawValue=true`). A registry
-that cannot be reached is never a bad record: it fails the task after the client's retries.
+pickled to tasks). A task builds its decoder once per process and schema (`decoder_for`, in
+decoders.py), and asks the registry once per process for each writer schema id it meets. A
+record that cannot be decoded (no magic byte, unknown id, a payload that does not decode, a
+writer schema the reader schema cannot resolve, a value that does not fit its column) fails the
+task under `mode=FAILFAST`, naming topic, partition, offset, schema id and field; under
+`PERMISSIVE` it becomes a null struct (its bytes stay in `rawValue` with `includeRawValue=true`).
+A registry that cannot be reached is never a bad record: it fails the task after the client's
+retries.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,12 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.schema_registry.client import (
-    RegistryClient,
-    UnknownSchemaId,
-    registry_client,
-)
-from connectors.schema_registry.options import RegistryOptions, side_option
+from connectors.core.schema_registry.client import RegistryClient, UnknownSchemaId, registry_client
+from connectors.core.schema_registry.options import RegistryOptions
 
 log = logging.getLogger(__name__)
 
@@ -250,40 +246,6 @@ def _failing_field(value: Any, build_type: pa.DataType, spark_type: pa.DataType,
     return path or None
 
 
-# -- decoders by process --------------------------------------------------------------------------
-
-_DECODERS: dict[Any, ColumnDecoder] = {}
-_LOCK = threading.Lock()
-
-
-def new_decoder(opts: RegistryOptions, reader: ReaderSchema,
-                client: RegistryClient | None = None) -> ColumnDecoder:
-    if reader.format == "avro":
-        from connectors.schema_registry.avro_decoding import AvroDecoder
-        return AvroDecoder(opts, reader, client)
-    if reader.format == "protobuf":
-        from connectors.schema_registry.protobuf_decoding import ProtobufDecoder
-        return ProtobufDecoder(opts, reader, client)
-    if reader.format == "json-schema":
-        from connectors.schema_registry.json_schema_decoding import JsonSchemaDecoder
-        return JsonSchemaDecoder(opts, reader, client)
-    raise ValueError(f"{side_option(opts.side, 'format')}={reader.format} has no decoder")
-
-
-def decoder_for(opts: RegistryOptions, reader: ReaderSchema) -> ColumnDecoder:
-    """This process's decoder for (options, reader schema): built once, reused by every task
-    and batch the worker runs, with its writer schemas."""
-    key = (repr(opts), tuple(sorted((k, str(v)) for k, v in opts.client_conf.items())), reader)
-    decoder = _DECODERS.get(key)
-    if decoder is None:
-        with _LOCK:
-            decoder = _DECODERS.get(key)
-            if decoder is None:
-                decoder = new_decoder(opts, reader)
-                _DECODERS[key] = decoder
-    return decoder
-
-
 def resolve_reader_schema(opts: RegistryOptions, topic: str | None) -> ReaderSchema:
     """The reader schema of one side at query start: the subject's `schemaVersion`, else its
     latest version, checked to be of the configured format."""
@@ -292,7 +254,7 @@ def resolve_reader_schema(opts: RegistryOptions, topic: str | None) -> ReaderSch
     registered = client.reader_schema(topic, fmt=fmt)
     kind = schema_type_of(registered.schema)
     if kind != SCHEMA_TYPES[opts.format]:
-        from connectors.options import OptionError
+        from connectors.core.options import OptionError
         raise OptionError(opts.format_option,
                           f"is {opts.format}, but subject {registered.subject!r} holds a {kind} "
                           f"schema (version {registered.version}, id {registered.schema_id})")

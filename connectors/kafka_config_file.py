@@ -1,12 +1,12 @@
-"""`--kafka-config FILE`: the demo's Kafka client settings for a secured cluster, read from a
-Java-style properties file (as Kafka's own tools take with `--command-config`), so that no
-secret is ever in the demo's argv.
+"""`--kafka-config FILE`: every CLI command's Kafka client settings for a secured cluster,
+read from a Java-style properties file (as Kafka's own tools take with `--command-config`), so
+that no secret is ever in a command's argv.
 
-The file is read once, by the command line; its settings, in librdkafka's names
-(`connectors.kafka_security.translate`), go to every Kafka client of the demo: the event
-producer, the topic set-up, the pipeline's `kafka-eos` source and sink (as `kafka.<key>`
-options; the pipeline process gets them in the environment variable `ENV`, never in its argv)
-and the verification's reader. Nothing here echoes the value of a secret.
+The file is read once, by the command line (`demo`, `resolve`); its settings, in librdkafka's
+names (`connectors.core.kafka_java_options.translate`), go to every Kafka client of the command.
+The demo's: the event producer, the topic set-up, the pipeline's `kafka-eos` source and sink
+(as `kafka.<key>` options; the pipeline process gets them in the environment variable `ENV`,
+never in its argv) and the verification's reader. Nothing here echoes the value of a secret.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 import re
 from collections.abc import Mapping
 
-from connectors.kafka_security import translate
-from connectors.options import OptionError, is_secret, redact
+from connectors.core.kafka_java_options import translate
+from connectors.core.options import OptionError, is_secret, redact
 
 #: The environment variable that hands the translated settings (JSON) to the pipeline process.
 ENV = "KAFKA_EOS_DEMO_KAFKA_CONFIG"

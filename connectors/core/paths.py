@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from typing import TYPE_CHECKING
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs

@@ -5,7 +5,7 @@ Maven Central serves Spark's `*_2.13` jars only up to 4.2.0 and no delta-spark r
 Spark 4.3 (delta-spark 4.4: Spark 4.0.1, 4.1.0, 4.2.0), so a session that runs both peers and
 this package is a PySpark 4.2.0 session, while the suite itself runs on PySpark 4.3 (issue 22).
 Two things are made once into the cache the test broker's jars live in
-(`connectors.testing.apache_kafka.cache_dir()`: `$KAFKA_EOS_CACHE`, else `~/.cache/kafka-eos`),
+(`connectors.local.apache_kafka.cache_dir()`: `$KAFKA_EOS_CACHE`, else `~/.cache/kafka-eos`),
 each under a file lock, so parallel test workers on a fresh machine build them once:
 
 * `peers_python()`: a virtual environment with `pyspark==4.2.0`, `delta-spark==4.4.0` (its Python
@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from connectors.testing.apache_kafka import (
+from connectors.local.apache_kafka import (
     KafkaUnavailable,
     _resolve_with_ivy,
     _resolve_with_maven,
@@ -278,16 +278,16 @@ def peer_environment(extra: dict[str, str] | None = None) -> tuple[Path, dict[st
 def peer_spark(app_name: str = "kafka-eos-peers", *, master: str = "local[2]",
                conf: dict[str, str] | None = None, quick_start: bool = True) -> "SparkSession":
     """Inside the peers' environment: a local session with Spark's Kafka connector, delta-spark
-    and this package's formats (`connectors.testing.local_spark` and its settings)."""
+    and this package's formats (`connectors.local.spark.local_spark` and its settings)."""
     import pyspark
 
-    from connectors.testing.spark import local_spark
+    from connectors.local.spark import local_spark
 
     if pyspark.__version__ != PYSPARK_VERSION:
         raise PeersUnavailable(
             f"peer_spark() runs in the peers' environment (PySpark {PYSPARK_VERSION}), not "
             f"under PySpark {pyspark.__version__} ({sys.executable}): start it with "
-            "connectors.testing.peers.peer_environment()")
+            "integration_tests.support.peers.peer_environment()")
     lib = Path(os.environ.get(JARS_ENV) or peers_jars())
     jars = session_jars(lib, Path(pyspark.__file__).parent / "jars")
     settings = {"spark.jars": ",".join(str(j) for j in jars), **DELTA_CONF, **(conf or {})}
@@ -307,7 +307,7 @@ def kafka_connector_spark(app_name: str, *, master: str = "local[2]",
     build; Spark 4.3 loads the 4.2.0 connector) beside this package's formats."""
     import pyspark
 
-    from connectors.testing.spark import local_spark
+    from connectors.local.spark import local_spark
 
     jars = [j for j in session_jars(peers_jars(), Path(pyspark.__file__).parent / "jars")
             if artifact_name(j.name) in KAFKA_ARTIFACTS]

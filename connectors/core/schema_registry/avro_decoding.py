@@ -14,14 +14,19 @@ from typing import Any
 import fastavro
 from fastavro.read import SchemaResolutionError
 
-from connectors.schema_registry.avro_types import (
+from connectors.core.schema_registry.avro_types import (
     avro_plan,
     strip_logical_types,
     unresolvable_field,
 )
-from connectors.schema_registry.client import RegistryClient
-from connectors.schema_registry.decoding import BadRecord, ColumnDecoder, ReaderSchema, split_header
-from connectors.schema_registry.options import RegistryOptions
+from connectors.core.schema_registry.client import RegistryClient
+from connectors.core.schema_registry.decoding import (
+    BadRecord,
+    ColumnDecoder,
+    ReaderSchema,
+    split_header,
+)
+from connectors.core.schema_registry.options import RegistryOptions
 
 
 class AvroDecoder(ColumnDecoder):

@@ -1,6 +1,6 @@
 """The secured listeners of a running Apache Kafka node, as tests of secured clusters use them.
 
-`connectors.testing.apache_kafka` starts one node serving every listener the tests need, the
+`connectors.local.apache_kafka` starts one node serving every listener the tests need, the
 broker itself demanding TLS and SASL (no proxy in between): SASL_SSL (SCRAM-SHA-512/256, PLAIN;
 client certificates requested), SSL (no client authentication), MTLS (SSL, client certificate
 required), SASL_PLAINTEXT (PLAIN, SCRAM). `secured_listener()` picks the listener for a
@@ -29,7 +29,7 @@ class SecuredBroker:
     protocol: SecurityProtocol
     #: The SASL mechanism clients are configured with; None for protocol "SSL".
     mechanism: str | None
-    pki: Any  # connectors.testing.certs.TestPKI
+    pki: Any  # integration_tests.support.certs.TestPKI
     mtls: bool
     #: The SASL user clients authenticate as (name -> password); empty for protocol "SSL".
     users: dict[str, str] = field(repr=False)
@@ -39,7 +39,7 @@ class SecuredBroker:
     listener: str = ""
     #: The node's PLAINTEXT address (a super user): for set-up and checks behind the client's back.
     upstream_bootstrap_servers: str = ""
-    #: The connectors.testing.apache_kafka.ApacheKafka node serving the listener.
+    #: The connectors.local.apache_kafka.ApacheKafka node serving the listener.
     node: Any = field(default=None, repr=False)
 
     @property

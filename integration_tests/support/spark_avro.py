@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from connectors.testing.apache_kafka import KafkaUnavailable, _resolve_with_ivy, cache_dir
+from connectors.local.apache_kafka import KafkaUnavailable, _resolve_with_ivy, cache_dir
 
 SPARK_AVRO = "org.apache.spark:spark-avro_2.13:4.2.0"
 JAR_NAME = "spark-avro_2.13-4.2.0.jar"

@@ -17,8 +17,8 @@ from confluent_kafka.schema_registry import RegisteredSchema, Schema, SchemaRegi
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception, stop_before_delay
 
-from connectors.redaction import redact_text
-from connectors.schema_registry.options import RETRY_TIMEOUT_OPTION, RegistryOptions
+from connectors.core.redaction import redact_text
+from connectors.core.schema_registry.options import RETRY_TIMEOUT_OPTION, RegistryOptions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

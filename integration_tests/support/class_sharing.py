@@ -9,8 +9,9 @@ repository, and every driver JVM of the suite maps it (`-XX:SharedArchiveFile`).
 
 It changes how classes are loaded, nothing else: a JVM whose class path or build differs from
 the archive's ignores it (`-Xshare:auto`) and loads classes as usual. Users' jobs never see it:
-only `local_spark(quick_start=True)` adds it, and only when `SPARK_CDS_ENV` names an archive,
-which the suite's conftest sets.
+only `local_spark(quick_start=True)` adds it (connectors/local/spark.py:
+`class_sharing_options()`), and only when `SPARK_CDS_ENV` names an archive, which the suite's
+conftest sets.
 """
 
 from __future__ import annotations
@@ -24,20 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-#: The variable naming the archive; Spark starts of the process and its children use it.
-SPARK_CDS_ENV = "KAFKA_EOS_SPARK_CDS_ARCHIVE"
+from connectors.local.apache_kafka import cache_dir
+from connectors.local.spark import SPARK_CDS_ENV, local_spark
 
 log = logging.getLogger("kafka_eos.testing")
-
-
-def java_options() -> str:
-    """The driver JVM's options for the archive named by `SPARK_CDS_ENV`, or "" without one.
-    Class-data-sharing's own log lines are off: a JVM that cannot map the archive says so on
-    stdout, which pipelines' logs do not need."""
-    archive = os.environ.get(SPARK_CDS_ENV, "").strip()
-    if not archive or not os.path.isfile(archive):
-        return ""
-    return f"-XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def _key() -> str:
@@ -57,8 +48,6 @@ def ensure_archive(timeout_s: float = 600) -> Path | None:
     """The archive for this machine's Spark and JVM, dumped once (under a file lock, so two
     test processes dump it once) by a short Spark run of its own; None, with a warning, when it
     cannot be made: the suite then runs without it, only slower."""
-    from connectors.testing.apache_kafka import cache_dir
-
     try:
         root = cache_dir() / "spark-cds"
         root.mkdir(parents=True, exist_ok=True)
@@ -74,7 +63,7 @@ def ensure_archive(timeout_s: float = 600) -> Path | None:
             return archive
         partial = root / f".{archive.name}.{os.getpid()}.partial"
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "connectors.testing.class_sharing",
+        proc = subprocess.run([sys.executable, "-m", "integration_tests.support.class_sharing",
                                str(partial)], capture_output=True, text=True, timeout=timeout_s,
                               env={**os.environ, SPARK_CDS_ENV: ""})
         if proc.returncode != 0 or not partial.is_file():
@@ -91,8 +80,6 @@ def _dump(path: str) -> None:
     """A Spark start that loads what the suite's starts load: the session, the registered
     formats, a Python data source read in batch and in a stream, a Python streaming sink, and
     a built-in stream; the JVM writes the classes it loaded to `path` as it exits."""
-    from connectors.testing.spark import local_spark
-
     options = f"-XX:ArchiveClassesAtExit={path}"
     spark = local_spark("kafka-eos-cds-dump", conf={"spark.driver.extraJavaOptions": options})
     from pyspark.sql.datasource import (

@@ -14,6 +14,22 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+#: Names a class-data-sharing archive of Spark's driver classes (the test suite's, made by
+#: integration_tests/support/class_sharing.py); Spark starts of the process and its children
+#: map it. Unset for users: their sessions never see it.
+SPARK_CDS_ENV = "KAFKA_EOS_SPARK_CDS_ARCHIVE"
+
+
+def class_sharing_options() -> str:
+    """The driver JVM's options for the archive named by `SPARK_CDS_ENV`, or "" without one.
+    Class-data-sharing's own log lines are off: a JVM that cannot map the archive says so on
+    stdout, which pipelines' logs do not need."""
+    archive = os.environ.get(SPARK_CDS_ENV, "").strip()
+    if not archive or not os.path.isfile(archive):
+        return ""
+    return f"-XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
 #: JVM options for short-lived Spark drivers and executors (`local_spark(quick_start=True)`).
 QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
@@ -35,7 +51,7 @@ def local_spark(
     (tests, the demo, a killed-and-restarted pipeline) spend most of their time on. The
     benchmarks turn it off: C2's compiled code is what a long-running job runs. With it, the
     driver also maps the test suite's class-data-sharing archive when `SPARK_CDS_ENV` names
-    one (connectors/testing/class_sharing.py).
+    one (integration_tests/support/class_sharing.py makes it).
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -57,12 +73,10 @@ def local_spark(
     )
     conf = dict(conf or {})
     if quick_start:
-        from connectors.testing.class_sharing import java_options
-
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
             # The test suite's class-data-sharing archive, when it names one: the driver's
-            # class path only (connectors/testing/class_sharing.py).
-            sharing = java_options() if key == "spark.driver.extraJavaOptions" else ""
+            # class path only (integration_tests/support/class_sharing.py).
+            sharing = class_sharing_options() if key == "spark.driver.extraJavaOptions" else ""
             conf[key] = " ".join(filter(None, (QUICK_START_JAVA_OPTIONS, sharing,
                                                conf.get(key))))
     for key, value in conf.items():

@@ -16,10 +16,15 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
-from connectors.schema_registry.client import RegistryClient
-from connectors.schema_registry.decoding import BadRecord, ColumnDecoder, ReaderSchema, split_header
-from connectors.schema_registry.options import RegistryOptions
-from connectors.schema_registry.protobuf_types import arrow_type, converter
+from connectors.core.schema_registry.client import RegistryClient
+from connectors.core.schema_registry.decoding import (
+    BadRecord,
+    ColumnDecoder,
+    ReaderSchema,
+    split_header,
+)
+from connectors.core.schema_registry.options import RegistryOptions
+from connectors.core.schema_registry.protobuf_types import arrow_type, converter
 
 FMT = "serialized"
 
@@ -94,7 +99,7 @@ class ProtobufDecoder(ColumnDecoder):
             for desc in _all_messages(self._file):
                 if desc.full_name == name or desc.name == name:
                     return desc
-            from connectors.options import OptionError
+            from connectors.core.options import OptionError
             raise OptionError(self.opts.format_option.replace("Format", "RecordName"),
                               f"names no message of subject {self.reader.subject!r}: {name!r} "
                               f"(it has {', '.join(d.full_name for d in _all_messages(self._file))})")
