@@ -62,6 +62,14 @@ from sinks.kafka_commit import (
     transaction_outcome,
 )
 from connectors.core.options import OptionError, Options
+from connectors.core.schema_registry.encoding import EncodingPlan, encoder_for
+from connectors.core.schema_registry.sink_schema import (
+    SINK_OPTION_PREFIXES,
+    SinkRegistry,
+    parse_sink_registries,
+    resolve_plan,
+    sink_option_names,
+)
 from sinks.two_phase_commit import (
     AT_LEAST_ONCE,
     EXACTLY_ONCE,
@@ -76,8 +84,9 @@ log = logging.getLogger("kafka_eos.sink.kafka")
 
 FORMAT_NAME = "kafka-eos"
 #: The sink's own options (besides the template's and `kafka.*`); anything else is refused.
-OPTIONS = ("topic", "transactionalIdPrefix", "flushTimeout", RETRY_TIMEOUT_OPTION)
-OPTION_PREFIXES = ("kafka.",)
+OPTIONS = ("topic", "transactionalIdPrefix", "flushTimeout", RETRY_TIMEOUT_OPTION,
+           *sink_option_names())
+OPTION_PREFIXES = ("kafka.", *SINK_OPTION_PREFIXES)
 #: A batch write's transactional ids: `<transactionalIdPrefix or this>-<job id>-<p>-<a>`.
 BATCH_PREFIX = "kafka-eos-batch"
 #: A failed batch job's ids are fenced for attempts 0..this-1 of every partition (Spark's
@@ -97,6 +106,9 @@ class KafkaSinkOptions:
     #: kafkaRetryTimeout: every Kafka call of the tasks and the driver retries transient errors
     #: (a broker restarting, a coordinator moving) under this deadline.
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    #: "value" / "key" -> its Schema Registry format settings (valueFormat, keyFormat), for the
+    #: struct columns serialized into the Confluent wire format
+    registries: dict[str, SinkRegistry] = field(default_factory=dict)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -107,7 +119,8 @@ class KafkaSinkOptions:
         conf = librdkafka_conf(opts)
         _check_transaction_timeout(conf.get("transaction.timeout.ms"))
         topic = opts.get("topic")
-        _check_schema(schema, topic)
+        registries = parse_sink_registries(opts, schema, topic)
+        _check_schema(schema, topic, serialized=tuple(registries))
         if settings.batch_job:
             # One set of ids per job: concurrent batch jobs never fence each other, and a
             # failed job's ids can all be fenced (abortJob). Under the user's prefix, if set,
@@ -120,7 +133,7 @@ class KafkaSinkOptions:
         # A flush waits out a broker restart as any other call does (librdkafka resends what
         # a restarted leader did not acknowledge), unless the user bounds it.
         flush_ms = opts.get_duration_ms("flushTimeout", int(retry.timeout_s * 1000))
-        return cls(conf, topic, prefix, flush_ms / 1000, retry)
+        return cls(conf, topic, prefix, flush_ms / 1000, retry, registries)
 
 
 def commit_budget(settings: SinkSettings, opts: Options, retry: RetryPolicy) -> SinkSettings:
@@ -145,12 +158,15 @@ def _check_transaction_timeout(value: str | None) -> None:
                           f"must be a positive number of milliseconds, not {value!r}")
 
 
-def _check_schema(schema: StructType, topic_option: str | None) -> None:
+def _check_schema(schema: StructType, topic_option: str | None,
+                  serialized: tuple[str, ...] = ()) -> None:
+    """The columns Spark's Kafka sink takes; `serialized` names the columns (value, key) that a
+    Schema Registry format writes, whose struct type parse_sink_registries checked."""
     fields = {f.name: f.dataType for f in schema.fields}
     if "value" not in fields:
         raise OptionError("value", f"the stream needs a 'value' column (string or binary); it has {sorted(fields)}")
     for name in ("key", "value"):
-        if name in fields and not isinstance(fields[name], _TEXT_OR_BYTES):
+        if name in fields and name not in serialized and not isinstance(fields[name], _TEXT_OR_BYTES):
             raise OptionError(name, f"column '{name}' must be string or binary, not {fields[name].simpleString()}")
     # As in Spark's Kafka sink, the `topic` option, when set, overrides any `topic` column,
     # which is then ignored whatever its type.
@@ -581,6 +597,9 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         #: (topic, partition) -> an offset below every record this batch will write there.
         self.scan_from: dict[tuple[str, int], int] = {}
         self._warned_batch: int | None = None
+        #: "value" / "key" -> how its struct column is serialized; resolved by open() on the
+        #: driver (once per writer) and pickled to the tasks, which never ask the registry
+        self.encodings: dict[str, EncodingPlan] | None = None
 
     def describe(self) -> str:
         return f"kafka-eos[{self.options.prefix}]"
@@ -594,7 +613,9 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         process) and the output's end offsets (one Metadata and one ListOffsets request per
         leader, ~1 ms on the test broker): any record this batch's tasks write lies at or
         above them, so a transaction whose commit is in doubt can be settled by reading the
-        output from there rather than from the log start."""
+        output from there rather than from the log start. Before any of it, the schemas of
+        the columns a Schema Registry format writes (once per writer)."""
+        self._resolve_encodings()
         if not self._exactly_once:
             check_connection(self.options.kafka_conf)  # the tasks' producers' settings
             return
@@ -615,6 +636,34 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             except (TransientTxnError, TxnRequestError) as e:
                 log.warning("%s: end offsets of %s not read (%s); a commit in doubt would be "
                             "settled from the log start", self.describe(), self.options.topic, e)
+
+    def _resolve_encodings(self) -> None:
+        if self.encodings is None:
+            self.encodings = {side: resolve_plan(registry, self.options.topic)
+                              for side, registry in self.options.registries.items()}
+
+    def _column(self, txn: KafkaTxn, batch: pa.RecordBatch, name: str) -> list:
+        """The column's Kafka bytes or text: as it is, or serialized into the Confluent wire
+        format when a Schema Registry format writes it (a row that does not fit fails the
+        task, naming the row and the field, before anything of the batch is produced)."""
+        plan = (self.encodings or {}).get(name)
+        if plan is None:
+            return batch.column(name).to_pylist()
+        return encoder_for(plan).encode(batch.column(name), where=self._row_place(txn, batch))
+
+    def _row_place(self, txn: KafkaTxn, batch: pa.RecordBatch):
+        """Describes a row for errors: its source coordinates when the rows carry them."""
+        names = batch.schema.names
+
+        def where(row: int) -> str:
+            if "offset" in names:
+                return "source row " + " ".join(
+                    f"{c} {batch.column(c)[row].as_py()}" for c in ("topic", "partition", "offset")
+                    if c in names)
+            return (f"row {row} of Spark partition {txn.info.partition_id}'s input in batch "
+                    f"{txn.info.batch_id}")
+
+        return where
 
     def _check_transactional_id_acl(self) -> None:
         """Once per process and configuration: InitProducerId for `<prefix>-acl-check`, an id
@@ -670,8 +719,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
     def invoke(self, txn: KafkaTxn, batch: pa.RecordBatch) -> None:
         names = batch.schema.names
         n = batch.num_rows
-        values = batch.column("value").to_pylist()
-        keys = batch.column("key").to_pylist() if "key" in names else [None] * n
+        values = self._column(txn, batch, "value")
+        keys = self._column(txn, batch, "key") if "key" in names else [None] * n
         default_topic = self.options.topic
         producer = txn.producer
         produce = producer.produce
