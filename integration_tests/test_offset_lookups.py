@@ -1,4 +1,4 @@
-"""The driver's offset look-ups on real Apache Kafka (connectors/kafka_client.KafkaMetadata):
+"""The driver's offset look-ups on real Apache Kafka (connectors/core/kafka_client.KafkaMetadata):
 the admin client's ListOffsets for every partition at once answers what a read_committed
 consumer's per-partition look-ups answer (get_watermark_offsets, offsets_for_times), on a
 topic with a committed transaction and one still open (latest = the last stable offset), in

@@ -56,7 +56,7 @@ KNOWN_OPTIONS = (
     "commitOffsetsToGroup",  # ours: commit each completed batch's end offsets to kafka.group.id
     "taskMetricsLocation",  # ours: where tasks leave read times for the batch metrics line
     "readMode",  # ours: tasks (default) or driver (sources/driver_reader.py)
-    # ours: Schema Registry formats of the value and key (connectors/schema_registry)
+    # ours: Schema Registry formats of the value and key (connectors/core/schema_registry)
     *registry_option_names(),
 )
 #: Option families the source accepts whatever follows the prefix: Kafka and Schema Registry

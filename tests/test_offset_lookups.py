@@ -1,4 +1,4 @@
-"""The shape of the driver's offset look-ups (connectors/kafka_client.KafkaMetadata): every
+"""The shape of the driver's offset look-ups (connectors/core/kafka_client.KafkaMetadata): every
 partition's earliest, latest or by-time offset in one ListOffsets call of the admin client
 (one request per partition leader, sent by librdkafka), under the query's isolation level,
 retried as a whole under kafkaRetryTimeout. No broker: a recording admin client. The answers
