@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from connectors.local.broker import _wait_until_ready, free_port, port_free
+from connectors.local.broker import wait_until_ready, free_port, port_free
 
 log = logging.getLogger(__name__)
 
@@ -400,7 +400,7 @@ class ApacheKafka:
             preexec_fn=_die_with_parent)
         out.close()
         try:
-            _wait_until_ready(self.bootstrap_servers, self.process, timeout_s)
+            wait_until_ready(self.bootstrap_servers, self.process, timeout_s)
             self._wait_for_transactions(timeout_s)
         except RuntimeError as e:
             stdout = (self.workdir / "stdout.log").read_text(errors="replace")[-2000:]

@@ -94,7 +94,7 @@ def port_free(port: int) -> bool:
         return True
 
 
-def _wait_until_ready(
+def wait_until_ready(
     bootstrap: str,
     proc: subprocess.Popen | None,
     timeout_s: float = 30,

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 
 from connectors.core import extras
-from connectors.local.broker import Broker, _wait_until_ready, free_port
+from connectors.local.broker import Broker, wait_until_ready, free_port
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def tansu_broker(port: int | None = None) -> Iterator[Broker]:
     )
     try:
         bootstrap = f"127.0.0.1:{port}"
-        _wait_until_ready(bootstrap, proc)
+        wait_until_ready(bootstrap, proc)
         log.info("local Tansu broker at %s (pid %d)", bootstrap, proc.pid)
         yield Broker(bootstrap, "tansu", dict(TANSU_CAPABILITIES), pid=proc.pid)
     finally:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.local.apache_kafka import LATEST, Generation, apache_kafka, property_value
-from connectors.local.broker import Broker, _wait_until_ready
+from connectors.local.broker import Broker, wait_until_ready
 from integration_tests.support.certs import generate_test_pki
 
 log = logging.getLogger(__name__)
@@ -259,7 +259,7 @@ def _kafka_container(
 
         bootstrap = f"{host}:{mapped[PLAINTEXT_PORT]}"
         try:
-            _wait_until_ready(bootstrap, None, timeout_s, alive=alive)
+            wait_until_ready(bootstrap, None, timeout_s, alive=alive)
         except RuntimeError as e:
             raise RuntimeError(f"{e}\nthe Kafka container's log ends:\n{logs()}") from None
         log.info("Apache Kafka (%s) in Docker at %s", settings.image, bootstrap)
@@ -312,7 +312,7 @@ def secured_container(
         sasl_bootstrap = f"{host}:{mapped[SECURED_PORT]}"
         # The secured listener must work too, or the caller's tests would fail less clearly.
         try:
-            _wait_until_ready(sasl_bootstrap, None, 60, client_config={
+            wait_until_ready(sasl_bootstrap, None, 60, client_config={
                 "security.protocol": "SASL_SSL",
                 "sasl.mechanism": SCRAM_MECHANISM,
                 "sasl.username": user,
@@ -356,7 +356,7 @@ def kafka_broker() -> Iterator[Broker]:
     what the suite proves (fencing, timeouts, read_committed); `tansu_broker()` is the demo's."""
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if external:
-        _wait_until_ready(external, None)
+        wait_until_ready(external, None)
         yield Broker(external, "external")
         return
     ok, reason = docker_available()
