@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 # What the clients retry themselves, per request (measured through integration_tests/
-# s3_faults.py against moto; docs/operations-storage-outages.md):
+# s3_faults.py against moto; docs/operations.md#object-storage-outages):
 #
 # * delta-rs (object_store 0.13): 5xx, 429 and connection errors, `max_retries` (10) times
 #   within `retry_timeout` (3 min), its backoff starting at `backoff_config.init_backoff`
