@@ -61,6 +61,13 @@ def last_committed_batch(checkpoint_location: str) -> int:
     return max((int(i.base_name) for i in infos if i.base_name.isdigit()), default=-1)
 
 
+def recorded_writer_identity(txlog: TransactionLog) -> str | None:
+    """The writer identity recorded in a checkpoint's transaction log; None before its first
+    exactly-once start (and in checkpoints of versions that recorded none)."""
+    raw = txlog.read_record(IDENTITY_FILE)
+    return json.loads(raw.decode("utf-8"))["writer"] if raw else None
+
+
 def writer_identity(checkpoint_location: str, *, legacy: str) -> str:
     """This checkpoint's writer identity, fixed at its first exactly-once start and recorded in
     the transaction log: the query id for a new checkpoint; `legacy` (the path-derived id of

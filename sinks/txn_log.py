@@ -212,6 +212,18 @@ class TransactionLog:
         """A record of the whole log (not of a batch), written once: FileExistsError if there."""
         self._write(f"{self.root}/{name}", payload, exclusive=True)
 
+    def read_record(self, name: str) -> bytes | None:
+        """A record `write_record` wrote; None if there is none."""
+
+        def read() -> bytes | None:
+            try:
+                with self.fs.open_input_stream(f"{self.root}/{name}") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return None
+
+        return self._retried(f"reading {self.root}/{name}", read)
+
     def batches(self) -> list[int]:
         return sorted(int(n) for n in self._names(self.root) if n.isdigit())
 

@@ -32,6 +32,7 @@ from sinks.storage_retries import with_storage_retries
 from sinks.checkpoint import last_committed_batch
 from sinks.delta import protocol_checks
 from sinks.delta.file_stats import file_stats
+from sinks.delta.handles import AppendHandle, DataFile, append_handle
 from sinks.delta.options import DeltaOptions
 from sinks.target_identity import TargetIdentity
 from sinks.two_phase_commit import (
@@ -379,7 +380,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         f = txn.files[key] = _OpenFile(writer, stream, relative, values)
         return f
 
-    def preCommit(self, txn: DeltaTxn) -> Handle:
+    def preCommit(self, txn: DeltaTxn) -> AppendHandle:
         """Close (so flush) every file: durable, and still invisible to readers. Sizes and
         statistics come from the writer itself: no request back to the store per file."""
         for f in txn.files.values():
@@ -387,7 +388,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         txn.closed.extend(txn.files.values())
         txn.files.clear()
         now_ms = int(time.time() * 1000)
-        adds = []
+        adds: list[DataFile] = []
         for f in txn.closed:
             meta = _footer(f)
             adds.append({
@@ -400,7 +401,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 "stats": file_stats(meta, self.table_schema, self.options.partition_by,
                                     self.table_configuration, f.long_value_bounds),
             })
-        return {"adds": adds}
+        return append_handle(adds)
 
     def abortTransaction(self, txn: DeltaTxn) -> None:
         fs, root = self._fs()
