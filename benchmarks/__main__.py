@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -216,42 +215,20 @@ def evaluate(by_size: dict) -> dict:
     return out
 
 
-_LONG_NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+){20,})\s*\]")
-
-
-def write_json(results: dict, path: str) -> None:
-    """Indented, but a list of more than 20 numbers (per-batch series) on one line."""
-    text = json.dumps(results, indent=2)
-    text = _LONG_NUMBER_LIST.sub(
-        lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
-    with open(path, "w") as f:
-        f.write(text)
-
-
-def _existing_results(output_dir: str) -> tuple[str, dict]:
-    """The results.json a section-only run merges into (its other sections are kept)."""
-    os.makedirs(output_dir, exist_ok=True)
-    json_path = os.path.join(output_dir, "results.json")
-    if not os.path.exists(json_path):
-        return json_path, {}
-    with open(json_path) as f:
-        return json_path, json.load(f)
-
-
 def long_run_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     """The delta-eos long run alone (no broker, no Spark): its section replaces the one in an
     existing results.json, whose other sections are kept."""
     from benchmarks import delta_long_run
-    from benchmarks.common import load_average, machine
+    from benchmarks.common import code_version, existing_results, load_average, machine, write_json
     from benchmarks.report import long_run_table
 
-    json_path, results = _existing_results(args.output_dir)
+    json_path, results = existing_results(args.output_dir)
     started = time.time()
     work = tempfile.mkdtemp(prefix="delta-long-run-")
     section = {
         "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine(),
-        "code": _code_version(),
+        "code": code_version(),
         "load_average": {"start": load_average()},
     }
     try:
@@ -271,9 +248,9 @@ def upsert_scale_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     """delta-eos upsert mode at scale alone (no broker, no Spark): its section replaces the
     one in an existing results.json, whose other sections are kept."""
     from benchmarks import upsert_scale
-    from benchmarks.common import load_average, machine
+    from benchmarks.common import code_version, existing_results, load_average, machine, write_json
 
-    json_path, results = _existing_results(args.output_dir)
+    json_path, results = existing_results(args.output_dir)
     started = time.time()
 
     def log(msg: str) -> None:
@@ -283,7 +260,7 @@ def upsert_scale_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     section = {
         "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine(),
-        "code": _code_version(),
+        "code": code_version(),
         "load_average": {"start": load_average()},
     }
     try:
@@ -298,23 +275,6 @@ def upsert_scale_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     print(upsert_scale.table(section))
     print(f"wrote {json_path} in {round(time.time() - started)} s", file=sys.stderr)
     return 0
-
-
-def _code_version() -> dict:
-    """The commit measured, and whether sinks/ differed from it (a shared checkout)."""
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-    def git(*cmd: str) -> str:
-        try:
-            return subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True,
-                                  timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    return {"commit": git("rev-parse", "HEAD"),
-            "sinks_modified": bool(git("status", "--porcelain", "--", "sinks"))}
 
 
 def _long_run(args: argparse.Namespace, work: str, module, started: float) -> dict:
@@ -364,13 +324,14 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
     """The latency section alone (and the long run if asked): merged into an existing
     results.json, whose other sections are kept."""
     from benchmarks.chart import draw_latency
-    from benchmarks.common import machine, metrics_file
+    from benchmarks.common import code_version, existing_results, machine, metrics_file, write_json
     from benchmarks.report import latency_table
 
     metrics_file()
-    from connectors.testing import kafka_broker, local_spark
+    from integration_tests.support.brokers import kafka_broker
+    from connectors.local.spark import local_spark
 
-    json_path, results = _existing_results(args.output_dir)
+    json_path, results = existing_results(args.output_dir)
     started = time.time()
 
     def log(msg: str) -> None:
@@ -385,7 +346,7 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
                     "command": "python -m benchmarks " + " ".join(
                         sys.argv[1:] if argv is None else argv),
                     "machine": machine(),
-                    "code": _code_version(),
+                    "code": code_version(),
                     "broker": broker.kind,
                 }
                 section.update(_latency(args, spark, broker.bootstrap_servers, work, log))
@@ -432,12 +393,19 @@ def main(argv: list[str] | None = None) -> int:
         return latency_only(args, argv, only)
     sizes = [int(s) for s in args.value_sizes.split(",")]
 
-    from benchmarks.common import load_average, machine, metrics_file, write_parquet_input
+    from benchmarks.common import (
+        load_average,
+        machine,
+        metrics_file,
+        write_json,
+        write_parquet_input,
+    )
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable
     from benchmarks import delta_sink, kafka_sink, memory, noop_sink, source
     from benchmarks.chart import draw, draw_latency
-    from connectors.testing import kafka_broker, local_spark
+    from integration_tests.support.brokers import kafka_broker
+    from connectors.local.spark import local_spark
 
     os.makedirs(args.output_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="kafka-eos-bench-")

@@ -26,8 +26,8 @@ VALUE = b"0123456789abcdef"
 
 def run(bootstrap: str, records: int, partitions: int, limit: int | None,
         batches: int) -> dict:
-    from connectors.kafka_client import KafkaMetadata
-    from connectors.testing import local_spark
+    from connectors.core.kafka_client import KafkaMetadata
+    from connectors.local.spark import local_spark
     from integration_tests.kafka_data import (create_topic, delete_topic, produce_backlog,
                                               unique_topic)
     from integration_tests.process_memory import MemorySampler, import_baseline_kb
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap_servers
         if not bootstrap:
-            from connectors.testing import kafka_broker
+            from integration_tests.support.brokers import kafka_broker
 
             bootstrap = stack.enter_context(kafka_broker()).bootstrap_servers
         result = run(bootstrap, args.records, args.partitions, limit, batches)

@@ -69,7 +69,7 @@ class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """`rows` records in batches of `maxOffsetsPerTrigger`, each in `tasks` tasks yielding one
     ready-made Arrow batch of kafka-eos's schema: what a batch costs Spark's Python source path
     (the source process's calls, the Python tasks) when the source spends nothing on its data.
-    Its tasks freeze their worker's objects as kafka-eos's do (connectors/worker_gc.py):
+    Its tasks freeze their worker's objects as kafka-eos's do (connectors/core/worker_gc.py):
     without that, PySpark's collection after each task made this floor slower than kafka-eos
     (8 tasks a batch: 865 ms against 603 ms, one quick run)."""
 
@@ -99,7 +99,7 @@ class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition):
         import pyarrow as pa
 
-        from connectors.worker_gc import freeze_long_lived
+        from connectors.core.worker_gc import freeze_long_lived
         from sources.range_reader import TIMESTAMP_TYPE, arrow_schema
 
         freeze_long_lived()  # as kafka-eos's tasks do: PySpark's per-task collection stays cheap
@@ -295,7 +295,7 @@ def measure_in_session(spec: dict) -> dict:
     """In the peers' environment: every count's four pipelines, in one warm session."""
     from benchmarks.common import load_average, metrics_file
     from benchmarks.peers import SESSION_CONF
-    from connectors.testing.peers import peer_spark
+    from integration_tests.support.peers import peer_spark
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable
     started = time.monotonic()
@@ -354,12 +354,16 @@ def measure_in_session(spec: dict) -> dict:
 def run(args, argv: list[str] | None) -> int:
     """`python -m benchmarks --only partitions`: the broker and the topics here, the session in
     the peers' environment; the section merged into DIR/results.json."""
-    from benchmarks.__main__ import _code_version, _existing_results, write_json
+    from benchmarks.common import (
+        code_version as _code_version,
+        existing_results as _existing_results,
+        write_json,
+    )
     from benchmarks.chart import draw_partitions
     from benchmarks.common import load_average, machine, produce_fixed
     from benchmarks.partitions_report import evaluate, parse_counts, table
-    from connectors.testing import kafka_broker
-    from connectors.testing.peers import peer_environment
+    from integration_tests.support.brokers import kafka_broker
+    from integration_tests.support.peers import peer_environment
     from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
 
     started = time.time()

@@ -22,9 +22,9 @@ DIR/peers.json, the others are kept):
 
 The parent (any Python with the package) starts the suite's broker, produces the source's topics
 and runs `python -m benchmarks.peers SPEC RESULT` in the peers' environment
-(connectors/testing/peers.py: made once into the broker jars' cache). Figures and every target's
-verdict (benchmarks/peers_report.py `TARGETS`) go to DIR/peers.json, a table per section to
-stdout, a chart to DIR/peers.png (benchmarks/chart.py `draw_peers`).
+(integration_tests/support/peers.py: made once into the broker jars' cache). Figures and every
+target's verdict (benchmarks/peers_report.py `TARGETS`) go to DIR/peers.json, a table per
+section to stdout, a chart to DIR/peers.png (benchmarks/chart.py `draw_peers`).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def measure_in_session(spec: dict) -> dict:
     """In the peers' environment: the sections asked for, in one warm session."""
     from benchmarks.common import load_average, metrics_file
     from benchmarks.peers_report import section_key
-    from connectors.testing.peers import peer_spark
+    from integration_tests.support.peers import peer_spark
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable
     started = time.monotonic()
@@ -173,12 +173,11 @@ def spec_for(args, bootstrap: str, topics: dict[str, str], sections: list[str]) 
 
 def run(args, argv: list[str] | None) -> int:
     """`python -m benchmarks --peers`: the broker here, the session in the peers' environment."""
-    from benchmarks.__main__ import _code_version, write_json
     from benchmarks.chart import draw_peers
-    from benchmarks.common import load_average, machine, produce_fixed
+    from benchmarks.common import code_version, load_average, machine, produce_fixed, write_json
     from benchmarks.peers_report import evaluate, parse_sections, section_key, tables
-    from connectors.testing import kafka_broker
-    from connectors.testing.peers import peer_environment
+    from integration_tests.support.brokers import kafka_broker
+    from integration_tests.support.peers import peer_environment
     from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
 
     started = time.time()
@@ -227,7 +226,7 @@ def run(args, argv: list[str] | None) -> int:
     results.update({
         "command": command,
         "machine": machine(),
-        "code": _code_version(),
+        "code": code_version(),
         "broker": broker_kind,
         "pyspark": session.get("pyspark"),
         "session_start_s": session.get("session_start_s"),

@@ -46,8 +46,8 @@ def encode_only(spark, registry_url: str, note: int, rows: int) -> dict:
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from connectors.schema_registry.encoding import EncodingPlan, encoder_for
-    from connectors.schema_registry.spark_schemas import avro_schema
+    from connectors.core.schema_registry.encoding import EncodingPlan, encoder_for
+    from connectors.core.schema_registry.spark_schemas import avro_schema
 
     df = spark.range(rows).selectExpr(RECORD_SQL.format(note=note))
     table = df.toArrow()
@@ -131,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=ROWS)
     args = parser.parse_args(argv)
 
-    from connectors.testing import kafka_broker, local_spark
-    from connectors.testing.schema_registry import schema_registry
+    from integration_tests.support.brokers import kafka_broker
+    from connectors.local.spark import local_spark
+    from connectors.local.schema_registry import schema_registry
 
     results: dict = {}
     with kafka_broker() as broker, schema_registry() as registry:

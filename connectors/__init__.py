@@ -3,7 +3,7 @@
 After `pip install` the formats are registered without any call, through the `pyspark_*` shim
 modules PySpark's static lookup discovers. `register(spark)` registers whatever that lookup did
 not find (the package on `sys.path` but not installed, or a lookup run by another Python).
-`enable_structured_logs()` opts in to the package's per-batch log lines (connectors/logs.py):
+`enable_structured_logs()` opts in to the package's per-batch log lines (connectors/core/logs.py):
 the package itself configures no logging handlers.
 """
 
@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from connectors.logs import enable_structured_logs
+from connectors.core.logs import enable_structured_logs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -14,7 +14,7 @@ import re
 import sys
 from typing import NoReturn
 
-from connectors.logs import enable_structured_logs
+from connectors.core.logs import enable_structured_logs
 
 EXIT_OK, EXIT_VERIFICATION_FAILED, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
 EXIT_QUERY_MAY_BE_RUNNING = 4
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Same as connectors.testing.broker.LOCAL_BROKER_KINDS (not imported: --help stays fast).
+#: Same as connectors.local.local_broker.LOCAL_BROKER_KINDS (not imported: --help stays fast).
 LOCAL_BROKER_KINDS = ("auto", "apache-kafka", "embedded")
 
 
@@ -296,7 +296,7 @@ def _kafka_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """--kafka-config's settings in librdkafka's names, without bootstrap.servers (which fills
     in args.bootstrap_servers when the flag did not give it: the flag wins, as in Kafka's
     tools). Errors are usage errors: one line, naming the file and the line or setting."""
-    from connectors.demo.kafka_config import KafkaConfigError, load_kafka_config
+    from connectors.kafka_config_file import KafkaConfigError, load_kafka_config
 
     try:
         conf = load_kafka_config(args.kafka_config)
@@ -374,7 +374,7 @@ def _embedded_broker_missing(args: argparse.Namespace) -> bool:
     command starts anything."""
     if getattr(args, "broker", None) != "embedded" or getattr(args, "bootstrap_servers", None):
         return False
-    from connectors import extras
+    from connectors.core import extras
 
     try:
         extras.require("local")
@@ -391,7 +391,8 @@ def _broker(args: argparse.Namespace) -> int:
     import signal
     import time
 
-    from connectors.testing.broker import TANSU_LACKS, LocalBrokerError, local_broker
+    from connectors.local.tansu import TANSU_LACKS
+    from connectors.local.local_broker import LocalBrokerError, local_broker
 
     def stop(signum, frame):  # SIGTERM: the same clean stop as Ctrl-C (the broker's data goes)
         raise KeyboardInterrupt
@@ -431,7 +432,7 @@ def _registry(args: argparse.Namespace) -> int:
     import signal
     import time
 
-    from connectors.testing.schema_registry import VERSION, RegistryUnavailable, schema_registry
+    from connectors.local.schema_registry import VERSION, RegistryUnavailable, schema_registry
 
     def stop(signum, frame):  # SIGTERM: the same clean stop as Ctrl-C
         raise KeyboardInterrupt
@@ -474,8 +475,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from connectors.options import OptionError
-    from connectors.redaction import redact_text
+    from connectors.core.options import OptionError
+    from connectors.core.redaction import redact_text
     from connectors.resolution import (
         QueryMayBeRunning,
         ResolveError,
@@ -526,12 +527,12 @@ def _resolve(args: argparse.Namespace) -> int:
 def _resolve_kafka_conf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
     """--kafka-config's settings, then --kafka-option's, then --bootstrap, in librdkafka's
     names."""
-    from connectors.kafka_security import translate
+    from connectors.core.kafka_java_options import translate
     from connectors.resolution import parse_key_values
 
     conf: dict[str, str] = {}
     if args.kafka_config is not None:
-        from connectors.demo.kafka_config import KafkaConfigError, load_kafka_config
+        from connectors.kafka_config_file import KafkaConfigError, load_kafka_config
 
         try:
             conf.update(load_kafka_config(args.kafka_config))

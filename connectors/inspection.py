@@ -6,7 +6,7 @@ with the handles as their sink kind describes them (sinks/kinds.py: Kafka transa
 producer id/epoch with each open transaction's age against its timeout, PostgreSQL gids, Delta
 files), and what a restart's recovery would do: the plan of sinks/recovery_plan.py, the one the
 template's recovery carries out. Nothing is written and no store is contacted. Secrets never
-reach the output (connectors/redaction.py).
+reach the output (connectors/core/redaction.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import sinks.delta.kind  # noqa: F401
 import sinks.kafka_kind  # noqa: F401
 import sinks.postgres.kind  # noqa: F401
-from connectors.redaction import redact
+from connectors.core.redaction import redact
 from connectors.spark_checkpoint import OffsetEntry, SparkCheckpoint, idle_seconds
 from sinks.kinds import duration_text, kind_of, sink_kind
 from sinks.recovery_plan import RecoveryPlan, plan_recovery

@@ -21,8 +21,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from connectors.inspection import sink_log
-from connectors.options import OptionError, is_secret
-from connectors.redaction import redact
+from connectors.core.options import OptionError, is_secret
+from connectors.core.redaction import redact
 from connectors.spark_checkpoint import SparkCheckpoint, idle_seconds
 from sinks.kinds import (
     DEFAULT_COMMIT_TIMEOUT_MS,

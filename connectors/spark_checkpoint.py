@@ -2,7 +2,7 @@
 query id, and how recently anything in it was written.
 
 For the operator commands (`inspect`, `resolve`). Everything goes through pyarrow.fs
-(connectors/paths.py `resolve`), so a checkpoint on `s3://`, `gs://`, `abfss://` reads like a
+(connectors/core/paths.py `resolve`), so a checkpoint on `s3://`, `gs://`, `abfss://` reads like a
 local one. Spark's layout (PySpark 4.3):
 
     <checkpoint>/metadata         {"id": "<query uuid>"}
@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from connectors.paths import Location, resolve
+from connectors.core.paths import Location, resolve
 from sinks import checkpoint
 from sinks.txn_log import LOG_DIR
 from sources.offsets import TOPIC_IDS_KEY

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 from integration_tests.delta_oracle import assert_records_once, table_records
 from integration_tests.kafka_cluster import KafkaCluster
 from integration_tests.kafka_data import Record

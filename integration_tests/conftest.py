@@ -7,9 +7,11 @@ import tempfile
 
 import pytest
 
-from connectors.logs import LEVEL_ENV
-from connectors.testing import Broker, kafka_broker, local_spark
-from connectors.testing.class_sharing import SPARK_CDS_ENV, ensure_archive
+from connectors.core.logs import LEVEL_ENV
+from connectors.local.broker import Broker
+from connectors.local.spark import SPARK_CDS_ENV, local_spark
+from integration_tests.support.brokers import kafka_broker
+from integration_tests.support.class_sharing import ensure_archive
 from sources.batch_metrics import SOURCE_METRICS_ENV
 from sources.consumer_pool import STATS_ENV
 
@@ -20,15 +22,16 @@ os.environ.setdefault(STATS_ENV, tempfile.mkdtemp(prefix="kafka-eos-pool-stats-"
 os.environ.setdefault(SOURCE_METRICS_ENV, os.path.join(
     tempfile.mkdtemp(prefix="kafka-eos-source-metrics-"), "batches.jsonl"))
 # The suite opts in to the package's structured log lines, as the CLI and the demo do
-# (connectors/logs.py): its Spark sessions and pipelines log them with level and logger name,
-# which a failure's output shows and integration_tests/test_quiet_stop.py searches.
+# (connectors/core/logs.py): its Spark sessions and pipelines log them with level and logger
+# name, which a failure's output shows and integration_tests/test_quiet_stop.py searches.
 os.environ.setdefault(LEVEL_ENV, "INFO")
 
 
 # Before any Spark starts, too: every driver JVM of the run (this process's, the pipelines',
 # the demo's) maps one class-data-sharing archive of Spark's classes, dumped once per machine
 # into the jars' cache, instead of loading them from the jars again (about 6-8 s of CPU per
-# Spark start; connectors/testing/class_sharing.py). Without one the suite only runs slower.
+# Spark start; integration_tests/support/class_sharing.py). Without one the suite only runs
+# slower.
 if SPARK_CDS_ENV not in os.environ:
     os.environ[SPARK_CDS_ENV] = str(ensure_archive() or "")
 
@@ -63,7 +66,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    from connectors.testing.broker import broker_choice
+    from integration_tests.support.brokers import broker_choice
 
     archive = os.environ.get(SPARK_CDS_ENV) or "none (Spark loads its classes from its jars)"
     return f"Kafka broker: {broker_choice()}\nSpark class-data-sharing archive: {archive}"
@@ -80,7 +83,8 @@ def broker() -> Broker:
 def broker_v3() -> Broker:
     """Apache Kafka 3.9 (transaction version before KIP-890 part 2), started on first use: the
     second cluster generation of the Kafka sink's commit tests, crash matrix and kill-restart."""
-    from connectors.testing.apache_kafka import GENERATION_3, apache_kafka_broker
+    from connectors.local.apache_kafka import GENERATION_3
+    from integration_tests.support.brokers import apache_kafka_broker
 
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         pytest.skip("KAFKA_BOOTSTRAP_SERVERS names the cluster under test: the 3.9 lane starts "
@@ -130,7 +134,7 @@ def spark():
 @pytest.fixture(scope="session")
 def postgres():
     """A throwaway PostgreSQL server for the postgres-eos tests, or a skip saying why not."""
-    from connectors.testing.postgres import postgres_server, unavailable_reason
+    from integration_tests.support.postgres import postgres_server, unavailable_reason
 
     reason = unavailable_reason()
     if reason:
@@ -145,7 +149,7 @@ def schema_registry():
     """A real Confluent-compatible Schema Registry (Apicurio, on loopback, global compatibility
     BACKWARD), started on first use: one per pytest worker, shared by its modules. Subjects
     outlive a test: name them after the test's own topic."""
-    from connectors.testing.schema_registry import schema_registry as started
+    from connectors.local.schema_registry import schema_registry as started
 
     with started() as registry:
         print(f"\nSchema Registry for this run: {registry.url}")
@@ -162,7 +166,8 @@ def schema_registry_url(schema_registry) -> str:
 def secured_schema_registry():
     """A second registry serving HTTPS only with basic auth, started on first use;
     `.client_config()` gives a client's settings (url, ssl.ca.location, basic.auth.user.info)."""
-    from connectors.testing.schema_registry import schema_registry as started
+    from connectors.local.schema_registry import schema_registry as started
+    from integration_tests.support.certs import generate_test_pki
 
-    with started(secured=True) as registry:
+    with started(make_pki=generate_test_pki) as registry:
         yield registry

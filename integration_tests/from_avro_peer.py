@@ -19,7 +19,7 @@ def main(jar: str, bootstrap: str, topic: str, url: str, subject: str) -> None:
     from pyspark.sql.avro.functions import from_avro
     from pyspark.sql.functions import col, expr
 
-    from connectors.testing import local_spark
+    from connectors.local.spark import local_spark
 
     schema = SchemaRegistryClient({"url": url}).get_latest_version(subject).schema.schema_str
     spark = local_spark("kafka-eos-from-avro", master="local[1]", conf={"spark.jars": jar})

@@ -1,6 +1,6 @@
 """A 3-node Apache Kafka KRaft cluster from the Maven jars, for tests of broker failures.
 
-Test plumbing, kept out of the wheel (connectors/testing/apache_kafka.py runs the single node the
+Test plumbing, kept out of the wheel (connectors/local/apache_kafka.py runs the single node the
 suite's broker is). The recipe is docs' DESIGN s.12: three combined `broker,controller` nodes with
 node ids 1..3, each with its own data directory and a PLAINTEXT and a CONTROLLER listener, the same
 static `controller.quorum.voters` on all, formatted with one cluster id (no `--standalone`),
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connectors.testing.apache_kafka import (
+from connectors.local.apache_kafka import (
     _LOG4J1,
     _LOG4J2,
     LATEST,
@@ -52,10 +52,10 @@ from connectors.testing.apache_kafka import (
     _cluster_id,
     _die_with_parent,
     _properties_text,
-    free_port,
     java_command,
     kafka_jars,
 )
+from connectors.local.broker import free_port
 
 log = logging.getLogger(__name__)
 

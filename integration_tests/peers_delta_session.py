@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from connectors.testing.peers import peer_spark
+from integration_tests.support.peers import peer_spark
 from integration_tests.peers_session import rows_of, step
 from sinks.faults import ENV as FAULTS_ENV
 from sinks.faults import PGID_ENV

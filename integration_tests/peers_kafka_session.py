@@ -34,10 +34,10 @@ def start_spark(kind: str):
     4.2.0 Kafka connector on spark.jars."""
     conf = {"spark.task.maxFailures": "1", "spark.sql.adaptive.enabled": "false"}
     if kind == "peers":
-        from connectors.testing.peers import peer_spark
+        from integration_tests.support.peers import peer_spark
 
         return peer_spark("kafka-eos-peers-kafka", master="local[2]", conf=conf)
-    from connectors.testing.peers import kafka_connector_spark
+    from integration_tests.support.peers import kafka_connector_spark
 
     return kafka_connector_spark("kafka-eos-peers-kafka-main", master="local[2]", conf=conf)
 

@@ -1,6 +1,6 @@
 """One PySpark 4.2.0 session with delta-spark and Spark's Kafka connector beside this package's
 formats: what `integration_tests/test_peers_interop.py` runs in the peers' environment
-(connectors/testing/peers.py), observing, not judging. It writes with `delta-eos` and
+(integration_tests/support/peers.py), observing, not judging. It writes with `delta-eos` and
 `kafka-eos`, reads the results back with the peers (and with delta-rs), and leaves every
 observation in a JSON file for the test to assert on.
 
@@ -12,7 +12,7 @@ topics exist with `partitions` partitions. `KAFKA_EOS_FAULTS` (in the environmen
 task of each stream fail once after writing: Spark retries it, and the output must still hold
 every record once. `session` is `peers` (the default: the peers' PySpark 4.2.0, every part) or
 `main` (the main environment's PySpark 4.3 with Spark's 4.2.0 Kafka connector on `spark.jars`,
-`connectors.testing.peers.kafka_connector_spark`): the Kafka part only, delta-spark having no
+`integration_tests.support.peers.kafka_connector_spark`): the Kafka part only, delta-spark having no
 release for Spark 4.3.
 
 Nothing here imports pytest: the peers' environment has the package's runtime dependencies only.
@@ -28,7 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from connectors.testing.peers import kafka_connector_spark, peer_spark
+from integration_tests.support.peers import kafka_connector_spark, peer_spark
 
 _T0 = time.monotonic()
 

@@ -1,7 +1,7 @@
 """A fault-injecting HTTP proxy in front of the suite's S3 server (moto): object storage that
 fails for a while.
 
-    with S3FaultProxy(s3.endpoint) as proxy:         # s3: connectors.testing.s3.S3Server
+    with S3FaultProxy(s3.endpoint) as proxy:         # s3: integration_tests.support.s3.S3Server
         env = proxy.env                              # the standard AWS environment, via the proxy
         proxy.set_faults(error_rate=0.2, reset_rate=0.05, delay_rate=0.05, delay_s=6)
         ...                                          # a query commits through proxy.endpoint
@@ -213,14 +213,14 @@ class S3FaultProxy:
 
     @property
     def env(self) -> dict[str, str]:
-        """The standard AWS environment (connectors/testing/s3.py), pointed at the proxy."""
-        from connectors.testing.s3 import S3Server
+        """The standard AWS environment (integration_tests/support/s3.py), pointed at the proxy."""
+        from integration_tests.support.s3 import S3Server
 
         return S3Server(self.endpoint).env
 
     @property
     def storage_options(self) -> dict[str, str]:
-        from connectors.testing.s3 import S3Server
+        from integration_tests.support.s3 import S3Server
 
         return S3Server(self.endpoint).storage_options
 

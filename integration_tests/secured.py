@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors.testing.broker import Broker
-from connectors.testing.secured import SecuredBroker, secured_listener
+from connectors.local.broker import Broker
+from integration_tests.support.secured_listeners import SecuredBroker, secured_listener
 
 __all__ = ["SecuredBroker", "secured_cluster", "secured_kafka_broker"]
 
@@ -29,7 +29,7 @@ def secured_kafka_broker(broker: Broker) -> Iterator[Broker]:
         pytest.skip("KAFKA_BOOTSTRAP_SERVERS names the cluster under test: the secured tests need "
                     "an Apache Kafka node of their own (its SASL_SSL, SSL, mTLS and "
                     "SASL_PLAINTEXT listeners), started only when no cluster is given")
-    from connectors.testing.apache_kafka import apache_kafka_broker
+    from integration_tests.support.brokers import apache_kafka_broker
 
     # A node that cannot start fails the tests (KafkaUnavailable names what is missing).
     with apache_kafka_broker() as node_broker:

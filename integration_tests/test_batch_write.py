@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from connectors.testing.kafka_oracle import committed, read_partition
+from connectors.local.kafka_oracle import committed, read_partition
 from integration_tests.kafka_data import create_topic, unique_topic
 from sinks.delta import DeltaEosDataSource
 from sinks.kafka_data_source import KafkaSinkDataSource

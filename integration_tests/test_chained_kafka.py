@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import signal
 
-from connectors.testing.kafka_oracle import committed, read_partition
+from connectors.local.kafka_oracle import committed, read_partition
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import log_tail, run_pipeline, start_pipeline, wait_exit
 from sinks.faults import ENV

@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from connectors.testing.apache_kafka import GENERATION_3, LATEST
+from connectors.local.apache_kafka import GENERATION_3, LATEST
 from integration_tests.cluster_pipelines import (
     Restart,
     pipelines,
@@ -132,7 +132,7 @@ def test_not_enough_replicas_for_part_of_a_job_lets_none_of_it_commit(cluster: K
     cluster generation runs it."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from connectors.testing.kafka_oracle import committed, read_partition
+    from connectors.local.kafka_oracle import committed, read_partition
 
     tag = uuid.uuid4().hex[:8]
     healthy, starved = f"isr-ok-{tag}", f"isr-starved-{tag}"

@@ -106,7 +106,7 @@ def test_files_of_superseded_attempts_of_a_committed_batch_are_orphans(tmp_path)
     committed attempt's files, and files of other writers, stay."""
     import pyarrow as pa
 
-    from connectors.options import Options
+    from connectors.core.options import Options
     from sinks.delta import DeltaOptions, DeltaSink
     from sinks.two_phase_commit import SinkSettings, TaskInfo
 
@@ -138,7 +138,7 @@ def test_a_young_orphan_is_left_alone(tmp_path):
     """Within orphanFileRetention a file may still be in a task's hands: kept."""
     import pyarrow as pa
 
-    from connectors.options import Options
+    from connectors.core.options import Options
     from sinks.delta import DeltaOptions, DeltaSink
     from sinks.two_phase_commit import SinkSettings, TaskInfo
 
@@ -158,7 +158,7 @@ def test_a_table_on_s3a_through_a_killed_and_restarted_pipeline(bootstrap, tmp_p
     """The table at s3a:// (what Hadoop-based Spark users write) on a real S3 protocol server:
     the pipeline killed while tasks write, restarted: every record once, no orphan left in the
     bucket. (The checkpoint stays local: Spark's own s3a:// needs Hadoop's jars from Maven.)"""
-    from connectors.testing.s3 import s3_server
+    from integration_tests.support.s3 import s3_server
     from integration_tests.processes import log_tail, run_pipeline, start_pipeline, wait_exit
     from sinks.faults import ENV
 

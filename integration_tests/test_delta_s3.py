@@ -20,8 +20,8 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from connectors.paths import resolve
-from connectors.testing.s3 import s3_server, without_aws_env
+from connectors.core.paths import resolve
+from integration_tests.support.s3 import s3_server, without_aws_env
 from integration_tests.delta_oracle import assert_records_once, last_spark_batch
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import log_tail, run_kill_sequence
@@ -119,7 +119,7 @@ def test_s3_table_with_credentials_from_storage_options_only(bootstrap, s3, tmp_
 
 
 def test_an_unsafe_s3_commit_configuration_fails_the_query_at_start(spark, tmp_path):
-    """A real query: the refusal (connectors/storage.py) names the storage option, before
+    """A real query: the refusal (sinks/delta/storage.py) names the storage option, before
     anything reaches the bucket (none exists: nothing is contacted)."""
     query = None
     with pytest.raises(Exception, match=r"Option 'storage\.AWS_S3_ALLOW_UNSAFE_RENAME'") as e:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from connectors.options import Options
+from connectors.core.options import Options
 from integration_tests.delta_oracle import assert_exactly_once, orphan_files, txn_versions
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.streaming import run_to_end, earliest_stream

@@ -88,7 +88,7 @@ def test_demo_upsert_with_chaos_ends_with_the_fold(tmp_path: Path, bootstrap: st
     delta-eos upsert mode, the pipeline SIGKILLed once and restarted; the demo's own verdict
     must find the table exactly the fold of the changes, and so must this test, reading the
     input topic back itself and folding it with the crash matrix's independent fold."""
-    from connectors.testing.kafka_oracle import committed
+    from connectors.local.kafka_oracle import committed
     from integration_tests.test_delta_upsert_crash_matrix import fold
 
     records = 2000  # 4 batches of 500 and the drain: about a minute with two Spark starts

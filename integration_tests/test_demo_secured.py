@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing.secured import SecuredBroker
+from integration_tests.support.secured_listeners import SecuredBroker
 from integration_tests.secured import secured_cluster
 from integration_tests.test_demo import assert_every_sink_exactly_once
 

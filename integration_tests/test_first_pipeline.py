@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from connectors.testing.spark import QUICK_START_JAVA_OPTIONS
+from connectors.local.spark import QUICK_START_JAVA_OPTIONS
 from integration_tests.kafka_data import create_topic
 
 ROOT = Path(__file__).resolve().parents[1]

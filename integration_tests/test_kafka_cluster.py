@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors.testing.apache_kafka import LATEST
+from connectors.local.apache_kafka import LATEST
 from integration_tests.kafka_cluster import KafkaCluster, kafka_cluster
 
 

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 
 from integration_tests.kafka_data import create_topic, produce, unique_topic
-from connectors.testing.kafka_oracle import committed, read_partition
+from connectors.local.kafka_oracle import committed, read_partition
 from integration_tests.processes import (
     WORKERS_LINE,
     kill_group,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import Producer
 
 from integration_tests.kafka_data import create_topic, unique_topic
-from connectors.testing.kafka_oracle import committed, read_partition
+from connectors.local.kafka_oracle import committed, read_partition
 
 
 def test_oracle_applies_commit_and_abort_markers(bootstrap):

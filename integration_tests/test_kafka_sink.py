@@ -8,7 +8,7 @@ import collections
 import pytest
 
 from integration_tests.kafka_data import create_topic, produce, unique_topic
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 
 
 @pytest.fixture

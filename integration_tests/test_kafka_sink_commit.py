@@ -26,9 +26,9 @@ from sinks.kafka_commit import (
     end_transaction,
     transaction_outcome,
 )
-from connectors.options import Options
+from connectors.core.options import Options
 from sinks.kafka_commit import END_TXN_VERSION, INIT_PRODUCER_ID_VERSION
-from connectors.testing.kafka_oracle import read_partition
+from connectors.local.kafka_oracle import read_partition
 from integration_tests.kafka_data import create_topic, unique_topic
 from integration_tests.streaming import wait_for
 from sinks.kafka import KafkaSink, KafkaSinkOptions

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 from integration_tests.kafka_data import create_topic, unique_topic
 from integration_tests.streaming import run_to_end
 

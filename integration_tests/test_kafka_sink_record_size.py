@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 from integration_tests.kafka_data import unique_topic
 
 

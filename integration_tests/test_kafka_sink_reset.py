@@ -12,8 +12,8 @@ import shutil
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from connectors.options import Options
-from connectors.testing.kafka_oracle import committed, read_partition
+from connectors.core.options import Options
+from connectors.local.kafka_oracle import committed, read_partition
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import run_pipeline
 from sinks.kafka import default_prefix, transactional_id

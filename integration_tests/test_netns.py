@@ -392,7 +392,7 @@ def test_unavailable_names_what_failed(monkeypatch: pytest.MonkeyPatch) -> None:
 def cluster(lab: Lab) -> Iterator[KafkaCluster]:
     """The cluster of integration_tests/kafka_cluster.py, node i in host i (started after the
     lab's own tests: a fixture is made when first asked for)."""
-    from connectors.testing.apache_kafka import LATEST, KafkaUnavailable
+    from connectors.local.apache_kafka import LATEST, KafkaUnavailable
     from integration_tests.kafka_cluster import kafka_cluster
 
     entered = False

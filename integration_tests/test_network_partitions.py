@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from connectors.testing.apache_kafka import LATEST
+from connectors.local.apache_kafka import LATEST
 from integration_tests.cluster_pipelines import (
     PARTITIONS,
     Query,

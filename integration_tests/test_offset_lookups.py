@@ -1,4 +1,4 @@
-"""The driver's offset look-ups on real Apache Kafka (connectors/kafka_client.KafkaMetadata):
+"""The driver's offset look-ups on real Apache Kafka (connectors/core/kafka_client.KafkaMetadata):
 the admin client's ListOffsets for every partition at once answers what a read_committed
 consumer's per-partition look-ups answer (get_watermark_offsets, offsets_for_times), on a
 topic with a committed transaction and one still open (latest = the last stable offset), in
@@ -11,7 +11,7 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.kafka_client import KafkaMetadata, RetryPolicy, consumer_conf
+from connectors.core.kafka_client import KafkaMetadata, RetryPolicy, consumer_conf
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 
 PARTITIONS = 12
@@ -94,7 +94,7 @@ def test_the_embedded_broker_answers_list_offsets_as_its_per_partition_look_ups(
     """The demo's default broker (Tansu) has offset quirks of its own (a partition with an
     open transaction reports a latest read_committed offset of 0, measured); whatever they
     are, both paths see the same ones."""
-    from connectors.testing.broker import tansu_broker
+    from connectors.local.tansu import tansu_broker
 
     with tansu_broker() as broker:
         topic, middle, open_txn = _topic_with_open_transaction(broker.bootstrap_servers)

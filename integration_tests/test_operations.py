@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from connectors.testing.kafka_oracle import committed, read_partition
+from connectors.local.kafka_oracle import committed, read_partition
 from integration_tests.delta_oracle import assert_records_once, table_records, txn_versions
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import log_tail, run_pipeline, start_pipeline, wait_exit
@@ -215,7 +215,7 @@ def test_postgres_inspect_then_resolve_an_undecided_batch_then_restart(postgres,
     their slots and locks on the server; resolve rolls them back (recoverAndAbort) and forgets
     the batch, which the restart replays afresh. The URL comes from the environment, and its
     password appears in no output."""
-    from connectors.testing.postgres import prepared_transactions, query
+    from integration_tests.support.postgres import prepared_transactions, query
 
     topic = unique_topic("opspg")
     create_topic(bootstrap, topic, PARTITIONS)

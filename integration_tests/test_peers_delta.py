@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing.peers import (
+from integration_tests.support.peers import (
     DELTA_SPARK_VERSION,
     PYSPARK_VERSION,
     PeersUnavailable,

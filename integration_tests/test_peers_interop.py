@@ -8,7 +8,7 @@ judges what it saw), on the suite's broker:
 * PySpark 4.2.0 (the newest Spark whose jars Maven Central serves and that delta-spark
   supports) with delta-spark 4.4.0 and `spark-sql-kafka-0-10` 4.2.0 beside this package's
   formats, in the peers' environment, made once into the cache the broker's jars live in
-  (connectors/testing/peers.py). It is also the package's own proof of running on PySpark 4.2
+  (integration_tests/support/peers.py). It is also the package's own proof of running on PySpark 4.2
   (its sources, both sinks, registration by PySpark's static lookup of the `pyspark_*` modules).
 * PySpark 4.3 (this interpreter) with the same Kafka connector jars on `spark.jars`: the Kafka
   part only (no delta-spark release loads in Spark 4.3).
@@ -25,8 +25,8 @@ from collections import Counter
 
 import pytest
 
-from connectors.testing.kafka_oracle import committed, read_partition
-from connectors.testing.peers import (
+from connectors.local.kafka_oracle import committed, read_partition
+from integration_tests.support.peers import (
     DELTA_SPARK_VERSION,
     PYSPARK_VERSION,
     PeersUnavailable,

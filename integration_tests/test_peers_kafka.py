@@ -7,7 +7,7 @@ was aborted after they reached the log.
 
 One subprocess, one Spark session per PySpark version (`integration_tests/peers_kafka_session.py`
 observes, this module judges): PySpark 4.2.0 in the peers' environment
-(connectors/testing/peers.py), and PySpark 4.3 (this interpreter) with the same
+(integration_tests/support/peers.py), and PySpark 4.3 (this interpreter) with the same
 `spark-sql-kafka-0-10_2.13:4.2.0` jars on `spark.jars` (Maven Central has no 4.3 build; Spark
 4.3 loads the 4.2.0 connector). Where the peers' environment or jars cannot be had the test
 fails, naming what is missing (as test_peers_interop.py does).
@@ -24,7 +24,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from connectors.testing.peers import PYSPARK_VERSION, PeersUnavailable, peer_environment, peers_jars
+from integration_tests.support.peers import (
+    PYSPARK_VERSION,
+    PeersUnavailable,
+    peer_environment,
+    peers_jars,
+)
 from integration_tests.kafka_data import create_topic
 from integration_tests.processes import run_session
 from sources.batch_metrics import SOURCE_METRICS_ENV

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from connectors.testing.postgres import prepared_transactions, query
+from integration_tests.support.postgres import prepared_transactions, query
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import (
     WORKERS_LINE,

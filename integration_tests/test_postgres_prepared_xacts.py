@@ -16,9 +16,9 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from connectors.options import Options
-from connectors.testing.postgres import postgres_server, prepared_transactions, query
-from connectors.testing.task_context import task  # noqa: F401  (a fixture)
+from connectors.core.options import Options
+from integration_tests.support.postgres import postgres_server, prepared_transactions, query
+from integration_tests.support.task_context import task  # noqa: F401  (a fixture)
 from sinks.postgres import FORMAT_NAME, PostgresOptions, PostgresSink, make_gid
 from sinks.two_phase_commit import PreparedPartition, SinkSettings, TaskInfo, TwoPhaseCommitWriter
 from sinks.txn_log import TransactionLog
@@ -176,7 +176,7 @@ def test_a_restart_commits_what_was_decided_and_rolls_back_only_the_rest(postgre
 @pytest.fixture(scope="module")
 def three_slots():
     """A server of its own with max_prepared_transactions = 3."""
-    from connectors.testing.postgres import unavailable_reason
+    from integration_tests.support.postgres import unavailable_reason
 
     reason = unavailable_reason()
     if reason:

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from connectors.testing.postgres import postgres_server, prepared_transactions, query
+from integration_tests.support.postgres import postgres_server, prepared_transactions, query
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.streaming import earliest_stream
 
@@ -252,7 +252,7 @@ def _planning(url: str, table: str, checkpoint: str, schema) -> None:
     """What Spark runs before a batch's tasks when the query (re)starts: open, recover, clean."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from connectors.options import Options
+    from connectors.core.options import Options
     from sinks.postgres import FORMAT_NAME, PostgresOptions, PostgresSink
     from sinks.two_phase_commit import SinkSettings, TwoPhaseCommitWriter
 

@@ -15,7 +15,7 @@ import sys
 
 from confluent_kafka import Producer
 
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 from integration_tests.kafka_data import create_topic, unique_topic
 
 

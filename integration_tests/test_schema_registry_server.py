@@ -1,4 +1,4 @@
-"""The suite's Schema Registry (connectors/testing/schema_registry.py), as confluent-kafka's own
+"""The suite's Schema Registry (connectors/local/schema_registry.py), as confluent-kafka's own
 client and serializers see it: the Confluent API, the wire format of each of the three schema
 formats, BACKWARD compatibility, the secured variant, and `kafka-eos registry`."""
 
@@ -20,7 +20,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from connectors.testing.schema_registry import CCOMPAT_PATH
+from connectors.local.schema_registry import CCOMPAT_PATH
 
 
 def _topic() -> str:

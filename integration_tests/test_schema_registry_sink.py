@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 
 FORMATS = ("avro", "protobuf", "json-schema")
@@ -320,9 +320,9 @@ def test_a_nullable_field_added_to_the_column_registers_a_new_version(
     subject; a required field added is refused by the registry, naming the subject."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from connectors.options import OptionError, Options
-    from connectors.schema_registry.client import clear_caches
-    from connectors.schema_registry.sink_schema import parse_sink_registries, resolve_plan
+    from connectors.core.options import OptionError, Options
+    from connectors.core.schema_registry.client import clear_caches
+    from connectors.core.schema_registry.sink_schema import parse_sink_registries, resolve_plan
 
     assert registry_client.get_compatibility() == "BACKWARD"
     topic = unique_topic(f"srevo-{fmt}")

@@ -30,7 +30,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from connectors.testing.protobuf_messages import message_classes
+from integration_tests.support.protobuf_messages import message_classes
 from integration_tests.kafka_data import create_topic, unique_topic
 from integration_tests.streaming import run_to_end
 
@@ -201,7 +201,7 @@ def test_avro_reads_what_confluent_serializers_wrote(spark, bootstrap, registry_
 def test_spark_from_avro_agrees_on_the_avro_rows(bootstrap, registry_url, avro_topic):
     """Spark's own from_avro on the bytes after the wire header gives the same structs, in a
     Spark session of its own that has the spark-avro jar."""
-    from connectors.testing.spark_avro import SparkAvroUnavailable, spark_avro_jar
+    from integration_tests.support.spark_avro import SparkAvroUnavailable, spark_avro_jar
 
     try:
         jar = spark_avro_jar()
@@ -476,7 +476,7 @@ def test_undecodable_payloads_in_protobuf_and_json(spark, bootstrap, registry_ur
 
 def test_unreachable_registry_is_retried_then_named_without_credentials(spark, bootstrap,
                                                                         avro_topic):
-    from connectors.testing.broker import free_port
+    from connectors.local.broker import free_port
 
     secret = "pw-" + uuid.uuid4().hex[:8]
     url = f"http://reader:{secret}@127.0.0.1:{free_port()}"

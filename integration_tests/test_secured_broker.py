@@ -1,5 +1,5 @@
-"""Real Apache Kafka's own secured listeners (connectors.testing.secured) really demand TLS and
-SASL: correctly configured librdkafka and kafka-python clients work through them (transactions
+"""Real Apache Kafka's own secured listeners (integration_tests.support.secured_listeners)
+really demand TLS and SASL: correctly configured librdkafka and kafka-python clients work through them (transactions
 included), and every kind of misconfigured client is refused, with the refusal's own error.
 
 Real processes and sockets only; one node (the session's broker) serves every scenario.
@@ -31,8 +31,8 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 
-from connectors.testing.broker import Broker
-from connectors.testing.secured import SecuredBroker, secured_listener
+from connectors.local.broker import Broker
+from integration_tests.support.secured_listeners import SecuredBroker, secured_listener
 
 # -- fixtures ------------------------------------------------------------------------------
 

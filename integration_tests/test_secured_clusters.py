@@ -20,8 +20,8 @@ import json
 
 import pytest
 
-from connectors.testing.kafka_oracle import committed, read_partition
-from connectors.testing.secured import SecuredBroker
+from connectors.local.kafka_oracle import committed, read_partition
+from integration_tests.support.secured_listeners import SecuredBroker
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import log_tail, run_kill_sequence
 from integration_tests.secured import secured_cluster

@@ -10,7 +10,7 @@ import pytest
 from deltalake import DeltaTable
 
 from integration_tests.kafka_data import create_topic, unique_topic
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 from integration_tests.streaming import run_to_end
 
 

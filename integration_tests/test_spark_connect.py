@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 from integration_tests.kafka_data import create_topic, produce, unique_topic
 from integration_tests.processes import run_session
 from sinks.faults import ENV as FAULTS_ENV
@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 def connect_session(spec: dict) -> dict:
     """In the subprocess: a driver with the Connect server, a Connect client, two streams."""
-    from connectors.testing.spark import local_spark
+    from connectors.local.spark import local_spark
 
     started = time.monotonic()
     server = local_spark("kafka-eos-connect-server", master="local[2,4]", register=False, conf={

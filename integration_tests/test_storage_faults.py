@@ -14,7 +14,7 @@ keep it on local disk, and `test_the_sink_protocol_with_its_transaction_log_on_f
 runs the sink's protocol in this process, the transaction log and the table in one bucket
 behind the same proxy, two of its Delta commits landing while delta-rs is told they failed.
 
-What failed before the sink retried its own storage steps (connectors/storage.py
+What failed before the sink retried its own storage steps (sinks/storage_retries.py
 with_storage_retries, used by sinks/txn_log.py, sinks/checkpoint.py, sinks/delta/sink.py and
 upsert.py; docs/operations-storage-outages.md):
 * the 30 s outage: the query ended within a second of it, at batch 2's planning
@@ -43,8 +43,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from connectors.testing.s3 import s3_server
-from connectors.testing.task_context import FakeTaskContext
+from integration_tests.support.s3 import s3_server
+from integration_tests.support.task_context import FakeTaskContext
 from integration_tests.delta_oracle import assert_records_once, last_spark_batch
 from integration_tests.kafka_data import Record, create_topic, produce, unique_topic
 from integration_tests.processes import log_tail, start_pipeline, wait_exit
@@ -235,7 +235,7 @@ TASK_ATTEMPTS = 4  # spark.task.maxFailures, as in the pipelines
 
 
 class _RetryWarnings(logging.Handler):
-    """The sink's storage retry warnings (connectors.storage.with_storage_retries), and its
+    """The sink's storage retry warnings (sinks.storage_retries.with_storage_retries), and its
     commit retries (the template's, within commitTimeout)."""
 
     def __init__(self) -> None:

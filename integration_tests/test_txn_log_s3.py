@@ -14,14 +14,14 @@ import os
 import pyarrow.fs as pafs
 import pytest
 
-from connectors.paths import resolve
+from connectors.core.paths import resolve
 from sinks.txn_log import LOG_DIR, ConflictingWriters, TransactionLog
 
 
 @pytest.fixture(scope="module")
 def s3():
     """moto's S3 server; this process's AWS environment points at it for the module."""
-    from connectors.testing.s3 import s3_server
+    from integration_tests.support.s3 import s3_server
 
     with s3_server() as server:
         yield server
@@ -165,7 +165,7 @@ def test_a_log_record_is_written_once(s3, ck):
 
 def test_the_log_through_storage_options_alone(s3, monkeypatch):
     """No AWS environment: the log on a filesystem built from delta-rs's storage options
-    (connectors.paths.resolve), as Spark passes them (lower-cased keys)."""
+    (connectors.core.paths.resolve), as Spark passes them (lower-cased keys)."""
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
     options = {k.lower(): v for k, v in s3.storage_options.items()}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from connectors.paths import resolve
+from connectors.core.paths import resolve
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -23,12 +23,12 @@ IDENTITY_FILE = "identity.json"
 
 
 def _retried(fs: pafs.FileSystem, what: str, fn):
-    """Object storage: retried while it fails transiently (connectors.storage)."""
+    """Object storage: retried while it fails transiently (sinks/storage_retries.py)."""
     if fs.type_name == "local":
         return fn()
     import logging
 
-    from connectors.storage import with_storage_retries
+    from sinks.storage_retries import with_storage_retries
 
     return with_storage_retries(fn, f"checkpoint: {what}", log=logging.getLogger("kafka_eos.sink"))
 

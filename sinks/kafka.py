@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.kafka_client import (
+from connectors.core.kafka_client import (
     RETRY_TIMEOUT_OPTION,
     KafkaRetriesExhausted,
     RetryPolicy,
@@ -60,9 +60,9 @@ from sinks.kafka_commit import (
     fence_transactional_id,
     transaction_outcome,
 )
-from connectors.options import OptionError, Options
-from connectors.schema_registry.encoding import EncodingPlan, encoder_for
-from connectors.schema_registry.sink_schema import (
+from connectors.core.options import OptionError, Options
+from connectors.core.schema_registry.encoding import EncodingPlan, encoder_for
+from connectors.core.schema_registry.sink_schema import (
     SINK_OPTION_PREFIXES,
     SinkRegistry,
     parse_sink_registries,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
-from connectors.options import Options
+from connectors.core.options import Options
 from sinks.data_source import TwoPhaseCommitDataSource
 
 if TYPE_CHECKING:

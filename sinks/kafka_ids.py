@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from connectors.digest import short_digest
+from connectors.core.digest import short_digest
 
 DEFAULT_PREFIX_HEAD = "kafka-eos-"
 _ID = re.compile(r"(?P<prefix>.+)-(?P<partition>\d+)-(?P<attempt>\d+)")

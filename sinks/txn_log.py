@@ -9,7 +9,7 @@ Layout, one directory per micro-batch, every file written once and never changed
         done                                  driver: every partition of the batch is in
 
 Written through `pyarrow.fs`, so the checkpoint may be local, `s3://`, `hdfs://`, ...
-(connectors/paths.py maps the schemes Spark users write). A record is written once and never
+(connectors/core/paths.py maps the schemes Spark users write). A record is written once and never
 replaced, so a reader never sees half of one: on a local disk it is written to a temporary name
 and hard-linked into place (which fails if the name exists); object stores have no atomic
 rename, but a PUT is atomic, so there it is written in place. Decisions carry their writer's
@@ -19,7 +19,7 @@ looking pending.
 
 On a store other than the local disk every read, listing, delete and object write is retried
 while it fails transiently (a 5xx or SlowDown, a reset connection, a timeout), for up to
-connectors.storage.STORAGE_RETRY_TIMEOUT_S: each is idempotent (a record's content is fixed by
+sinks.storage_retries.STORAGE_RETRY_TIMEOUT_S: each is idempotent (a record's content is fixed by
 its name), so a retry of one that landed unseen writes the same record again. Without it, one
 request that pyarrow's client gave up on failed the batch, or the next one's planning
 (integration_tests/test_storage_faults.py).
@@ -35,8 +35,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from connectors.paths import resolve
-from connectors.storage import with_storage_retries
+from connectors.core.paths import resolve
+from sinks.storage_retries import with_storage_retries
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs

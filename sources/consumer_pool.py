@@ -34,8 +34,8 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from connectors.digest import short_digest
-from connectors.kafka_client import consumer_conf
+from connectors.core.digest import short_digest
+from connectors.core.kafka_client import consumer_conf
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 
 from sources.kafka_options import KafkaSourceOptions
+from sources.kafka_source import KafkaStreamReader, read_partition
 from sources.registry_columns import RegistryColumns
 
 
 class KafkaDriverStreamReader(SimpleDataSourceStreamReader):
     def __init__(self, options: KafkaSourceOptions, columns: RegistryColumns | None = None) -> None:
-        from sources.kafka_source import KafkaStreamReader
-
         self.options = options
         self.columns = columns
         self._reader = KafkaStreamReader(options, columns)
@@ -56,7 +55,5 @@ class KafkaDriverStreamReader(SimpleDataSourceStreamReader):
         """The batch's Arrow record batches, read now (PySpark copies the iterator it caches,
         so a list, not a generator). PySpark takes record batches from simple readers as they
         are (`records_to_arrow_batches`): no row becomes a Python object."""
-        from sources.kafka_source import read_partition
-
         return [batch for partition in self._reader.partitions(start, end)
                 for batch in read_partition(self.options, partition, self.columns)]

@@ -1,4 +1,5 @@
-"""`kafka-eos`: the replayable Kafka source (streaming and batch).
+"""`kafka-eos`: the replayable Kafka source's readers (streaming and batch; the data source
+that makes them is sources/data_source.py).
 
 Its offsets are the query's state: Spark writes each batch's end offsets to the checkpoint's
 offset log before the batch runs, and a restarted query replays a logged batch from exactly
@@ -16,14 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.errors import PySparkNotImplementedError
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    InputPartition,
-    SimpleDataSourceStreamReader,
-)
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -31,18 +25,16 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
 
-from connectors.options import OptionError
-from connectors.worker_gc import freeze_long_lived
+from connectors.core.options import OptionError
+from connectors.core.worker_gc import freeze_long_lived
 from sources import offsets as off
 from sources.batch_metrics import PlannedBatch, batch_detail, batch_line, emit
 from sources.group_commit import GroupOffsetCommitter
-from sources.kafka_options import TASK_METRICS_OFF, KafkaSourceOptions, parse_source_options
+from sources.kafka_options import TASK_METRICS_OFF, KafkaSourceOptions
 from sources.packed_reader import read_task
-from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, DataLossError, arrow_schema
-from sources.registry_columns import RegistryColumns, resolve_columns
+from sources.range_reader import DataLossError
+from sources.registry_columns import RegistryColumns
 from sources.resolver import OffsetResolver, report_data_loss
 from sources.task_metrics import ReportDirs, TaskTally
 from sources.task_packing import pack_ranges
@@ -67,63 +59,6 @@ class KafkaInputPartition(InputPartition):
         self.report_shared = report_shared
 
 
-class KafkaEosDataSource(DataSource):
-    """The reading side of `kafka-eos`. Options are validated in `schema()`, which Spark calls
-    at `.load()`, so a bad one fails before any batch runs (and writes, which share the format
-    name, are not held to the source's options)."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self._raw = dict(options)
-        self._columns: RegistryColumns | None = None
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT_NAME
-
-    def schema(self) -> str | StructType:
-        # Streaming or batch is not known yet: the checks common to both run now, the rest
-        # when Spark asks for a reader.
-        options = parse_source_options(self._raw, batch=None)
-        columns = self._registry_columns(options)
-        if columns.active:
-            base = from_arrow_schema(arrow_schema(options.include_headers),
-                                     prefer_timestamp_ntz=True)
-            return columns.spark_schema(base)
-        include = str(self._raw.get("includeheaders", "false")).strip().lower() == "true"
-        return SPARK_SCHEMA_DDL + (HEADERS_DDL if include else "")
-
-    def _registry_columns(self, options: KafkaSourceOptions) -> RegistryColumns:
-        """The value/key reader schemas, looked up once per query start (in schema(), whose
-        result Spark pickles with this object to the reader's process)."""
-        if self._columns is None:
-            sub = options.subscription
-            topics = sub.topics or tuple(t for t, _ in sub.assignment)
-            self._columns = resolve_columns(options.value_registry, options.key_registry,
-                                            sub.kind, topics)
-        return self._columns
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        options = parse_source_options(self._raw, batch=True)
-        return KafkaBatchReader(options, self._registry_columns(options))
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = parse_source_options(self._raw, batch=False)
-        if options.read_mode == "driver":
-            # PySpark then asks for simpleStreamReader (pyspark/sql/datasource_internal.py).
-            raise PySparkNotImplementedError(
-                errorClass="NOT_IMPLEMENTED",
-                messageParameters={"feature": "streamReader with readMode=driver"},
-            )
-        return KafkaStreamReader(options, self._registry_columns(options))
-
-    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
-        from sources.driver_reader import KafkaDriverStreamReader
-
-        options = parse_source_options(self._raw, batch=False)
-        return KafkaDriverStreamReader(options, self._registry_columns(options))
-
-
 def read_partition(options: KafkaSourceOptions, partition: InputPartition,
                    columns: RegistryColumns | None = None) -> Iterator[pa.RecordBatch]:
     """One planned task's ranges, read by a task (or by the driver: sources/driver_reader.py),
@@ -137,7 +72,7 @@ def read_partition(options: KafkaSourceOptions, partition: InputPartition,
 def _read_ranges(options: KafkaSourceOptions,
                  partition: InputPartition) -> Iterator[pa.RecordBatch]:
     # Once per worker: PySpark's full collection after each task then skips the imports
-    # (connectors/worker_gc.py), instead of costing every later task 35-280 ms.
+    # (connectors/core/worker_gc.py), instead of costing every later task 35-280 ms.
     freeze_long_lived()
     if not isinstance(partition, KafkaInputPartition):
         # A batch read with nothing to read: PySpark runs one task with InputPartition(None)

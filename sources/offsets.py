@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 
 log = logging.getLogger(__name__)
 

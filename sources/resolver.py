@@ -13,9 +13,14 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sources.kafka_options import KafkaSourceOptions, StartSpec, Subscription
-from connectors.kafka_client import KafkaMetadata, KafkaRetriesExhausted, admin_conf, is_transient
+from connectors.core.kafka_client import (
+    KafkaMetadata,
+    KafkaRetriesExhausted,
+    admin_conf,
+    is_transient,
+)
 from sources.offsets import EARLIEST, LATEST, PartitionOffsets, TopicIds, TopicPartition
 from sources.range_reader import DataLossError
 

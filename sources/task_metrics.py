@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from connectors.paths import resolve
+from connectors.core.paths import resolve
 from sources.batch_metrics import TaskReport
 from sources.offsets import OffsetRange, PartitionOffsets, to_json
 

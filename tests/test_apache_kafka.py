@@ -1,5 +1,6 @@
-"""The Apache Kafka test broker's pure parts: its configuration, the pom that fetches it, where
-its jars are cached, and the message when nothing can fetch them."""
+"""The local Apache Kafka's pure parts: its configuration (secured listeners only with the tests'
+PKI), the pom that fetches it, where its jars are cached, and the message when nothing can fetch
+them."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing import apache_kafka as ak
-from connectors.testing.certs import generate_test_pki
+from connectors.local import apache_kafka as ak
+from integration_tests.support.brokers import apache_kafka_broker
+from integration_tests.support.certs import generate_test_pki
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,16 @@ def test_secured_listeners_and_the_authorizer(pki):
     assert f"User:{ak.LIMITED_USER}" not in supers and f"User:{ak.SCRAM_USER}" in supers
     assert 'user_limited="pw2"' in props["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     assert "BEGIN PRIVATE KEY" in props["ssl.keystore.key"]
+
+
+def test_without_a_pki_the_node_serves_plaintext_only():
+    """What `kafka-eos broker` and the demo start: no certificate is made, no SASL user."""
+    ports = {"PLAINTEXT": 10000, "CONTROLLER": 10001}
+    props = ak.server_properties(ak.LATEST, ports, "/data", None, {})
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:10000,CONTROLLER://127.0.0.1:10001"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:10000"
+    assert not [k for k in props if k.startswith(("ssl.", "sasl.", "listener.name."))]
+    assert ak.served_listeners(None) == ("PLAINTEXT",)
 
 
 def test_share_coordinator_settings_only_where_the_broker_knows_them(pki):
@@ -96,4 +108,4 @@ def test_no_java_says_so(monkeypatch, tmp_path):
 def test_the_brokers_are_context_managers():
     """What the suite's fixtures enter with `with`."""
     assert hasattr(ak.apache_kafka(ak.LATEST), "__enter__")
-    assert hasattr(ak.apache_kafka_broker(ak.LATEST), "__enter__")
+    assert hasattr(apache_kafka_broker(ak.LATEST), "__enter__")

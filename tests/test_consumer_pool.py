@@ -9,7 +9,7 @@ import threading
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sources.consumer_pool import ConsumerPool, pool_key
 from sources.kafka_options import parse_source_options
 from sources.offsets import OffsetRange

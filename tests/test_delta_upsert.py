@@ -20,8 +20,8 @@ from deltalake import DeltaTable
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from connectors.inspection import describe_handle
-from connectors.options import OptionError
-from connectors.testing.task_context import task  # noqa: F401  (a fixture)
+from connectors.core.options import OptionError
+from integration_tests.support.task_context import task  # noqa: F401  (a fixture)
 from sinks.delta import DeltaEosDataSource
 from sinks.delta.upsert import NullKeyOrSequence
 

@@ -30,8 +30,8 @@ from sinks.kafka_commit import (
     error_name,
     txn_error,
 )
-from connectors.kafka_client import KafkaRetriesExhausted, RetryPolicy
-from connectors.options import OptionError, Options
+from connectors.core.kafka_client import KafkaRetriesExhausted, RetryPolicy
+from connectors.core.options import OptionError, Options
 from sinks import kafka as ksink
 from sinks.kafka_data_source import KafkaSinkDataSource
 from sinks.kafka import (

@@ -13,7 +13,7 @@ import pytest
 
 from connectors.cli import EXIT_CANNOT_RUN, EXIT_QUERY_MAY_BE_RUNNING, EXIT_USAGE, main
 from connectors.inspection import inspect_checkpoint
-from connectors.redaction import redact, redact_text
+from connectors.core.redaction import redact, redact_text
 from connectors.spark_checkpoint import parse_offsets_file
 from sinks.txn_log import TransactionLog
 
@@ -196,7 +196,7 @@ def test_inspect_reads_a_checkpoint_on_s3(ckpt):
     pytest.importorskip("moto")
     import pyarrow.fs as pafs
 
-    from connectors.testing.s3 import s3_server
+    from integration_tests.support.s3 import s3_server
 
     with s3_server() as s3:
         bucket = s3.create_bucket()

@@ -7,8 +7,8 @@ import os
 import pyarrow.fs as pafs
 import pytest
 
-from connectors.options import OptionError, Options
-from connectors.paths import normalise, resolve
+from connectors.core.options import OptionError, Options
+from connectors.core.paths import normalise, resolve
 from sinks.two_phase_commit import SinkSettings
 from sinks.txn_log import TransactionLog
 
@@ -68,7 +68,7 @@ def test_dbfs_without_the_mount_is_a_clear_error():
 
 
 def test_dbfs_goes_through_the_mount(monkeypatch, tmp_path):
-    import connectors.paths as paths
+    import connectors.core.paths as paths
 
     monkeypatch.setattr(paths, "DBFS_MOUNT", str(tmp_path))
     assert normalise("path", "dbfs:/tables/t") == f"{tmp_path}/tables/t"
@@ -82,7 +82,7 @@ def test_hdfs_without_libhdfs_fails_naming_the_option():
 def test_s3a_checkpoint_log_on_a_real_s3_server():
     """s3a:// (what Hadoop-based Spark users write) on moto's S3 server: records are written
     in place (no move on an object store), a second decision is detected, GC removes all."""
-    from connectors.testing.s3 import s3_server
+    from integration_tests.support.s3 import s3_server
 
     with s3_server() as s3:
         bucket = s3.create_bucket()
@@ -196,7 +196,7 @@ def test_storage_options_alone_reach_a_real_s3_server(no_aws_env):
     import pyarrow.parquet as pq
     from deltalake import DeltaTable, write_deltalake
 
-    from connectors.testing.s3 import s3_server
+    from integration_tests.support.s3 import s3_server
 
     with s3_server(set_env=False) as s3:
         assert not [n for n in os.environ if n.startswith("AWS_")]

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sources.batch_metrics import (
     SOURCE_METRICS_ENV,
     PlannedBatch,

@@ -1,6 +1,6 @@
 """A source task freezes its worker's long-lived objects once per process, so that PySpark's full
 collection after each task in a reused worker (pyspark/daemon.py) walks only what was allocated
-since (connectors/worker_gc.py). Each case runs in a fresh interpreter: a freeze is for the
+since (connectors/core/worker_gc.py). Each case runs in a fresh interpreter: a freeze is for the
 life of a process."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ list(read_partition(opts, KafkaInputPartition(())))
 second = gc.get_freeze_count()
 pid = os.fork()
 if pid == 0:  # a worker forked from a process that had frozen: it freezes its own
-    from connectors.worker_gc import freeze_long_lived
+    from connectors.core.worker_gc import freeze_long_lived
     os._exit(0 if freeze_long_lived() else 3)
 _, status = os.waitpid(pid, 0)
 print(json.dumps([before, first, second, os.waitstatus_to_exitcode(status)]))
@@ -48,7 +48,7 @@ def test_the_first_task_of_a_worker_freezes_its_objects_and_later_tasks_do_not()
 
 def test_a_collection_after_the_freeze_walks_only_what_came_later():
     code = ("import gc, json; import sources.kafka_source; "
-            "from connectors.worker_gc import freeze_long_lived; "
+            "from connectors.core.worker_gc import freeze_long_lived; "
             "n = len(gc.get_objects()); freeze_long_lived(); "
             "print(json.dumps([n, len(gc.get_objects())]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from connectors.demo import kafka_config
+from connectors import kafka_config_file
 from connectors.demo.changes import ENVELOPE_TYPE
 
 DRAIN_MAX_OFFSETS = 50_000
@@ -177,10 +177,10 @@ def main() -> None:
         ap.error("--output-topic is required (or --upsert)")
     # Kafka client settings come in the environment (never argv), and are taken out of it
     # before Spark starts, so that its JVM and Python workers do not inherit them.
-    args.kafka_config = kafka_config.from_env()
+    args.kafka_config = kafka_config_file.from_env()
 
     from connectors import enable_structured_logs
-    from connectors.testing import local_spark
+    from connectors.local.spark import local_spark
 
     enable_structured_logs()  # before Spark starts: its Python workers inherit the choice
     spark = local_spark("kafka-eos-demo", master=args.master, conf={"spark.task.maxFailures": "4"})

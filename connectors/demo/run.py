@@ -26,10 +26,11 @@ from typing import TextIO
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connectors.demo import kafka_config, verify
+from connectors import kafka_config_file
+from connectors.demo import verify
 from connectors.demo.changes import sample_changes
 from connectors.demo.events import EventProducer, sample_events
-from connectors.kafka_security import connection_hint
+from connectors.core.kafka_python_security import connection_hint
 from sinks.two_phase_commit import METRICS_ENV
 
 # After a (re)start, a kill waits until the pipeline says its queries run (the ready file),
@@ -59,7 +60,7 @@ class DemoConfig:
     max_offsets_per_trigger: int = 5000
     timeout_s: float = 900.0
     #: Without bootstrap_servers: "auto" (Apache Kafka from its Maven jars where it can run,
-    #: else the embedded broker), "apache-kafka" or "embedded" (connectors.testing.broker).
+    #: else the embedded broker), "apache-kafka" or "embedded" (connectors/local/local_broker.py).
     local_broker: str = "auto"
     #: `--upsert`: a change stream (Debezium envelopes) into delta-eos in upsert mode, verified
     #: against the fold of the changes (connectors.demo.changes), instead of the two sinks.
@@ -166,10 +167,11 @@ def _broker(cfg: DemoConfig, out: TextIO) -> Iterator[str]:
         print(f"Kafka: {cfg.bootstrap_servers}", file=out)
         if cfg.kafka_config:
             print(f"Kafka client settings (--kafka-config): "
-                  f"{kafka_config.describe(cfg.kafka_config)}", file=out)
+                  f"{kafka_config_file.describe(cfg.kafka_config)}", file=out)
         yield cfg.bootstrap_servers
         return
-    from connectors.testing.broker import TANSU_LACKS, LocalBrokerError, local_broker
+    from connectors.local.tansu import TANSU_LACKS
+    from connectors.local.local_broker import LocalBrokerError, local_broker
 
     def progress(text: str) -> None:
         print(f"Kafka: {text}...", file=out, flush=True)
@@ -220,7 +222,7 @@ def _check_reachable(cfg: DemoConfig, timeout_s: float = 15.0) -> None:
             if cfg.kafka_config or refused:
                 conf = {"bootstrap.servers": cfg.bootstrap_servers, **cfg.kafka_config}
                 # the hint names the connectors' kafka.* options: the file's keys lack the prefix
-                hint = "; " + kafka_config.unprefixed(connection_hint(conf, detail))
+                hint = "; " + kafka_config_file.unprefixed(connection_hint(conf, detail))
             raise DemoError(
                 f"cannot reach Kafka at {cfg.bootstrap_servers}: {detail}{hint}") from None
 
@@ -354,7 +356,8 @@ def _pipeline(cfg: DemoConfig, bootstrap: str, input_topic: str, paths: dict[str
         ],
         paths["log"],
         # the client settings go in the environment, never in argv (ps shows argv)
-        {**os.environ, METRICS_ENV: paths["metrics"], **kafka_config.to_env(cfg.kafka_config)},
+        {**os.environ, METRICS_ENV: paths["metrics"],
+         **kafka_config_file.to_env(cfg.kafka_config)},
     )
 
 

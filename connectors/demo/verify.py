@@ -2,7 +2,7 @@
 record by record, with what the broker acknowledged to the producer.
 
 Delta rows are read with deltalake; Kafka output with the marker-aware oracle
-(`connectors.testing.kafka_oracle`), which counts a transactional record only once its COMMIT
+(`connectors.local.kafka_oracle`), which counts a transactional record only once its COMMIT
 marker is in the log, whatever the broker's read_committed does.
 """
 
@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from connectors.demo.events import Event
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -66,7 +66,7 @@ from integration_tests.processes import WORKERS_LINE  # noqa: E402
 
 print(WORKERS_LINE.format("no-daemon" if args.no_daemon else "daemon"), end="", flush=True)
 
-from connectors.testing import local_spark  # noqa: E402  (after the environment is set)
+from connectors.local.spark import local_spark  # noqa: E402  (after the environment is set)
 
 spark = local_spark("eos-pipeline", master=args.master, conf=conf)
 kafka_options = json.loads(os.environ.get("EOS_KAFKA_OPTIONS", "{}"))

@@ -9,7 +9,7 @@ end of the input and exits. Each batch overwrites `OUT/batch=<id>` (see streamin
 
 import sys
 
-from connectors.testing import local_spark
+from connectors.local.spark import local_spark
 from integration_tests.streaming import parquet_batch_writer
 
 bootstrap, topic, checkpoint, out, mode = sys.argv[1:6]

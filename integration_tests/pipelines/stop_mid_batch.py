@@ -14,7 +14,7 @@ import time
 from pyspark.sql import functions as F
 
 from connectors import enable_structured_logs
-from connectors.testing import local_spark
+from connectors.local.spark import local_spark
 
 bootstrap, topic, out_topic, table, workdir = sys.argv[1:6]
 # The package's lines with their level and logger, here and in Spark's Python workers: what

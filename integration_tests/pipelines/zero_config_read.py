@@ -4,7 +4,7 @@ Prints the number of rows read."""
 
 import sys
 
-from connectors.testing import local_spark
+from connectors.local.spark import local_spark
 
 bootstrap, topic = sys.argv[1], sys.argv[2]
 spark = local_spark("zero-config", register=False)

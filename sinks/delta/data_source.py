@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
-from connectors.options import OptionError, Options
+from connectors.core.options import OptionError, Options
 from sinks.data_source import TwoPhaseCommitDataSource, arrow_schema
 from sinks.delta.options import (
     BATCH_OPTIONS,

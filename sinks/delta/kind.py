@@ -52,7 +52,7 @@ class DeltaKind(SinkKind):
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
-        from connectors.paths import normalise
+        from connectors.core.paths import normalise
         from sinks.delta.options import DEFAULT_ORPHAN_RETENTION_MS, DeltaOptions, UpsertOptions
         from sinks.delta.sink import DeltaSink
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from connectors.options import OptionError, Options
-from connectors.paths import normalise
-from connectors.storage import check_delta_storage
+from connectors.core.options import OptionError, Options
+from connectors.core.paths import normalise
+from sinks.delta.storage import check_delta_storage
 from sinks.checkpoint import writer_identity
 from sinks.delta.app_ids import batch_app_id, file_tag, legacy_identity, streaming_app_id
 from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
@@ -140,7 +140,7 @@ REFUSED_TABLE_PROPERTIES = {
 
 @dataclass(frozen=True)
 class DeltaOptions:
-    path: str  # a URI delta-rs and pyarrow.fs read alike (connectors/paths.py)
+    path: str  # a URI delta-rs and pyarrow.fs read alike (connectors/core/paths.py)
     partition_by: tuple[str, ...]
     merge_schema: bool
     app_id: str

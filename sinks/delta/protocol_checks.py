@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 
 if TYPE_CHECKING:  # read by the driver only; tasks import this module for check_not_null
     from deltalake import DeltaTable

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from connectors.options import OptionError
-from connectors.paths import resolve
-from connectors.storage import with_storage_retries
+from connectors.core.options import OptionError
+from connectors.core.paths import resolve
+from sinks.storage_retries import with_storage_retries
 from sinks.checkpoint import last_committed_batch
 from sinks.delta import protocol_checks
 from sinks.delta.file_stats import file_stats
@@ -115,7 +115,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
 
     def _retried(self, what: str, fn):
         """The driver's reads of the table and its sweeps, retried while object storage
-        fails transiently (connectors.storage.with_storage_retries); a local table's errors
+        fails transiently (sinks.storage_retries.with_storage_retries); a local table's errors
         are not transient. Not inside commit(): the template retries the whole commit within
         commitTimeout."""
         if self.options.path.startswith("/"):  # normalised: local paths are absolute

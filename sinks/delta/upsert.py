@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sinks.delta import protocol_checks
 from sinks.delta.delete_predicate import DeletePredicate, parse
 from sinks.delta.fold import DELETE_COLUMN, drop_tombstoned, latest_per_key, tombstones_of

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from connectors.digest import short_digest
+from connectors.core.digest import short_digest
 
 GID_MAX_BYTES = 200  # PostgreSQL's limit on a prepared transaction's identifier
 GID_PREFIX_HEAD = "pg-eos-"

@@ -32,7 +32,7 @@ class PostgresKind(SinkKind):
         the query derived from its checkpoint location, however it was spelt."""
         import pyarrow as pa
 
-        from connectors import extras
+        from connectors.core import extras
 
         extras.require("postgres")  # MissingExtra: the pip install to run
         from sinks.postgres.options import PostgresOptions, TableName, parse_url, redacted_url

@@ -45,7 +45,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sinks.postgres.connection import connect, prepared_xacts, rollback_prepared
 from sinks.postgres.encoding import check_columns, pg_type, to_csv
 from sinks.postgres.errors import (
