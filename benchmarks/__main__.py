@@ -23,6 +23,10 @@ KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
                                                # PySpark 4.2.0 session (benchmarks/partitions.py;
                                                # merged into DIR/results.json, chart in
                                                # DIR/partitions.png)
+    python -m benchmarks --only registry       # Schema Registry Avro read against binary,
+                                               # AvroDeserializer and from_avro; Protobuf and
+                                               # JSON Schema decoders (benchmarks/registry.py;
+                                               # merged into DIR/results.json likewise)
 
 For each value size (100 B and 1 KB by default) it measures:
   * the kafka-eos source into Spark's no-op sink against raw confluent-kafka consumers, one
@@ -379,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         return long_run_only(args, argv)
     if only == {"upsert-scale"}:
         return upsert_scale_only(args, argv)
+    if only == {"registry"}:
+        from benchmarks import registry
+
+        return registry.run_section(args, argv)
     if "upsert-scale" in only:
         raise SystemExit("python -m benchmarks: --only upsert-scale runs on its own (it needs "
                          "neither the broker nor Spark)")

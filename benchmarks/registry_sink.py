@@ -40,7 +40,7 @@ RECORD_SQL = """struct(
 ) AS value"""
 
 
-def encode_only(spark, registry_url: str, note: int, rows: int) -> dict:
+def encode_only(spark, registry_url: str, note: int, rows: int, pairs: int = PAIRS) -> dict:
     """Rows/s of the sink's encoder and of confluent-kafka's AvroSerializer on the same rows."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -74,7 +74,7 @@ def encode_only(spark, registry_url: str, note: int, rows: int) -> dict:
                 serializer(record, ctx)
 
     ratios, our_rates, their_rates = [], [], []
-    for _ in range(PAIRS):  # alternated, as the writes below
+    for _ in range(pairs):  # alternated, as the writes below
         started = time.perf_counter()
         ours()
         our_rates.append(rows / (time.perf_counter() - started))
@@ -89,7 +89,7 @@ def encode_only(spark, registry_url: str, note: int, rows: int) -> dict:
 
 
 def end_to_end(spark, bootstrap: str, registry_url: str, note: int, rows: int,
-               payload_bytes: int) -> dict:
+               payload_bytes: int, pairs: int = PAIRS) -> dict:
     """Rows/s of a batch write with valueFormat=avro, and of values of the Avro payload's
     size already as bytes (what the sink writes without a registry format)."""
     from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
@@ -105,7 +105,7 @@ def end_to_end(spark, bootstrap: str, registry_url: str, note: int, rows: int,
     # alternated, after one untimed pair (the Python workers' first imports): on a shared
     # machine the load changes from one write to the next, so each pair gives a ratio and
     # the median of PAIRS is reported
-    for i in range(PAIRS + 1):
+    for i in range(pairs + 1):
         for name in ("binary", "avro"):
             topic = unique_topic(f"bench-sr-{name}")
             create_topic(bootstrap, topic, 2)

@@ -239,3 +239,34 @@ def test_partitions_section_reports_every_pipeline_and_what_a_commit_carries(tmp
         f"kafka_eos_noop_p50_vs_format_kafka_noop[{width}]",
         f"delta_eos_files_per_commit_max[{width}]"}
     assert "| 3 | Python source floor -> noop |" in stdout
+REGISTRY_RATES = ("kafka_eos_avro_rows_per_s", "kafka_eos_binary_rows_per_s",
+                  "spark_from_avro_rows_per_s", "avro_deserializer_loop_rows_per_s",
+                  "ratio_avro_vs_binary", "ratio_avro_vs_deserializer_loop",
+                  "ratio_avro_vs_spark_from_avro")
+
+
+@pytest.mark.timeout(300)
+def test_registry_section_reports_every_reader_and_keeps_the_other_sections(
+        tmp_path, broker, schema_registry_url):
+    """`--only registry --quick`: one size, one run of each reader, on the suite's broker and
+    registry. Every reader's figure is there, the decoders alone too; no timed assertions."""
+    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers,
+               SCHEMA_REGISTRY_URL=schema_registry_url)
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"by_value_size": {"100 B": {"kept": True}}}))
+    results, stdout = _run_benchmarks(out, "--only", "registry", "--quick", timeout=300, env=env)
+    assert results["by_value_size"] == {"100 B": {"kept": True}}
+    section = results["registry"]
+    assert "--only registry" in section["command"] and section["machine"]["cores"] >= 1
+    [(size, res)] = section["sizes"].items()
+    assert size == "200B" and res["records"] > 0
+    for key in REGISTRY_RATES:
+        assert math.isfinite(res[key]) and res[key] > 0, (key, res[key])
+    assert all(v > 0 for v in res["decoders_alone"].values()), res["decoders_alone"]
+    for fmt in ("protobuf", "json_schema"):
+        assert res["other_formats_alone"][fmt]["ratio"] > 0
+    sink = res["sink"]
+    assert sink["write"]["ratio"] > 0 and sink["encode"]["ratio"] > 0
+    assert sink["producer_loop_rows_per_s"] > 0 and sink["ratio_sink_avro_vs_producer_loop"] > 0
+    assert f"| {size} (" in stdout
