@@ -76,7 +76,7 @@ def check_worker_python(spark: "SparkSession") -> None:
     setting is read by spark-submit only. A virtual environment's Python started by its path
     (not activated) is then not the workers' Python, and the format fails in a worker with
     `ModuleNotFoundError: No module named 'connectors'`. The package's `.pth` hook sets
-    `PYSPARK_PYTHON` for that case (connectors/_pyspark_python.py); this catches the rest (the
+    `PYSPARK_PYTHON` for that case (kafka_eos_pyspark_python.py); this catches the rest (the
     hook skipped, a PYSPARK_PYTHON naming another interpreter). Only for local masters: a
     cluster's workers run the Python of its nodes, which this machine cannot check."""
     import shutil  # here, not at the top: every worker imports this package
