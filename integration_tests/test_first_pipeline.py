@@ -46,7 +46,7 @@ def user_environment(tmp_path: Path) -> dict[str, str]:
     bin_dir.mkdir()
     system_python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
     if system_python and os.path.realpath(system_python) != os.path.realpath(sys.executable):
-        (bin_dir / "python3").symlink_to(system_python)  # another interpreter, as a venv started by its path
+        (bin_dir / "python3").symlink_to(system_python)  # another interpreter than the venv
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)),
            "LANG": "C.UTF-8"}
     java = shutil.which("java")
