@@ -77,13 +77,13 @@ from sinks.two_phase_commit import (
     TransactionLost,
     TwoPhaseCommitSink,
 )
+from connectors.core.kafka_format import FORMAT_NAME
 from sinks.kafka_handles import KafkaHandle, kafka_handle
 from sinks.kafka_ids import acl_check_id, default_prefix, parse_transactional_id, transactional_id
 from sinks.txn_log import Handle, TransactionLog
 
 log = logging.getLogger("kafka_eos.sink.kafka")
 
-FORMAT_NAME = "kafka-eos"
 #: The sink's own options (besides the template's and `kafka.*`); anything else is refused.
 OPTIONS = ("topic", "transactionalIdPrefix", "flushTimeout", RETRY_TIMEOUT_OPTION,
            *sink_option_names())

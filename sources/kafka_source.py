@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from connectors.core.kafka_format import FORMAT_NAME
 from connectors.core.options import OptionError
 from connectors.core.worker_gc import freeze_long_lived
 from sources import offsets as off
@@ -41,7 +42,6 @@ from sources.task_packing import pack_ranges
 
 log = logging.getLogger(__name__)
 
-FORMAT_NAME = "kafka-eos"
 #: Planned batches kept until they complete; more means plans that never ran.
 MAX_PLANNED = 8
 
