@@ -16,8 +16,9 @@ _POINTER = re.compile(r"docs/([\w-]+\.md)#([\w-]+)")
 #: The repository's top-level folders: a path starting with one of them names a repository file.
 _TOPS = ("connectors", "sources", "sinks", "integration_tests", "tests", "benchmarks", "docs",
          "docker", ".github")
-_FILE = re.compile(r"(?<![\w./~-])((?:%s)/(?:[\w.-]+/)*[\w.-]*\w\.(?:py|md|toml|ya?ml|json|png|svg))"
-                   r"(?![\w/])" % "|".join(re.escape(top) for top in _TOPS))
+_FILE = re.compile(r"(?<![\w./~-])((?:%s)/(?:[\w.-]+/)*[\w.-]*\w"
+                   r"\.(?:py|md|toml|ya?ml|json|png|svg))(?![\w/])"
+                   % "|".join(re.escape(top) for top in _TOPS))
 #: Paths made up by a test, as a user's own (a page of their own sink), per file.
 _MADE_UP = {"tests/test_options.py": {"docs/mine.md"}}
 _OLD = "DESIGN" + ".md"  # spelt in two pieces, so this file does not cite it
