@@ -91,6 +91,40 @@ def on_page(text: str) -> str | None:
     return match.group(1).rstrip("\n") if match else None
 
 
+def layout_entries(text: str) -> dict[str, str]:
+    """The page's "Where each concept lives" block: each entry's head (`sinks/delta/`, written
+    at the start of a line) -> its text, continuation lines included."""
+    section = text.split("## Where each concept lives", 1)[1]
+    block = section.split("```", 2)[1]
+    entries: dict[str, str] = {}
+    head = None
+    for line in block.splitlines():
+        if line and not line[0].isspace():
+            head = line.split()[0]
+            entries[head] = line[len(head):]
+        elif head is not None:
+            entries[head] += " " + line.strip()
+    return entries
+
+
+def unplaced_modules(entries: dict[str, str], root: Path = ROOT) -> list[str]:
+    """What the block and the tree disagree on, for the wheel's folders: a folder without an
+    entry, a module its entry does not name, a module named that is not there."""
+    problems = []
+    for package in PACKAGES:
+        for init in sorted((root / package).rglob("__init__.py")):
+            folder = init.parent.relative_to(root).as_posix() + "/"
+            if folder not in entries:
+                problems.append(f"{folder}: no entry")
+                continue
+            named = set(re.findall(r"(?<![\w/.-])([\w/]+\.py)\b", entries[folder]))
+            modules = {p.name for p in init.parent.glob("*.py")} - {"__init__.py", "__main__.py"}
+            problems += [f"{folder}{m}: not named in its entry" for m in sorted(modules - named)]
+            problems += [f"{folder}{n}: named, no such module" for n in sorted(named)
+                         if not (init.parent / n).exists()]
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.architecture_diagram",
                                      description=__doc__.split("\n\n")[0])

@@ -1,12 +1,21 @@
-"""docs/architecture.md's picture of the layers is the one the import graph draws
-(tests/architecture_diagram.py): a new package, a module moved or an import added or removed
-between packages changes it, and this fails until the page is redrawn."""
+"""docs/architecture.md matches the tree: its picture of the layers is the one the import graph
+draws (tests/architecture_diagram.py; a new package, a module moved or an import added or
+removed between packages changes it, and this fails until the page is redrawn), and its "Where
+each concept lives" names every module of the wheel, in its folder's entry."""
 
 from __future__ import annotations
 
 import grimp
 
-from tests.architecture_diagram import PAGE, contract_layers, current, diagram, on_page
+from tests.architecture_diagram import (
+    PAGE,
+    contract_layers,
+    current,
+    diagram,
+    layout_entries,
+    on_page,
+    unplaced_modules,
+)
 
 LAYERS = [["top.cli", "top.local"], ["a", "b"], ["top.core"]]
 
@@ -51,3 +60,24 @@ def test_the_page_shows_the_layers_the_code_has():
     assert shown is not None, "docs/architecture.md lost its diagram's markers"
     assert shown == current(), ("docs/architecture.md's diagram is not the code's: run "
                                 "`python -m tests.architecture_diagram --write`")
+
+
+def test_a_module_missing_from_its_entry_or_named_but_gone_is_found(tmp_path):
+    for name in ("connectors/__init__.py", "connectors/cli.py", "connectors/core/__init__.py",
+                 "connectors/core/paths.py", "sources/__init__.py", "sources/offsets.py",
+                 "sinks/__init__.py", "sinks/delta/__init__.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    page = ("## Where each concept lives\n\n```\nconnectors/   cli.py (the command line),\n"
+            "              core/paths.py\nconnectors/core/  paths.py, gone.py\n"
+            "sources/      the source\nsinks/        delta/\n```\n")
+    entries = layout_entries(page)
+    assert entries["connectors/"] == "   cli.py (the command line), core/paths.py"
+    assert unplaced_modules(entries, tmp_path) == [
+        "connectors/core/gone.py: named, no such module",
+        "sources/offsets.py: not named in its entry",
+        "sinks/delta/: no entry"]
+
+
+def test_every_module_of_the_wheel_is_placed_on_the_page():
+    assert unplaced_modules(layout_entries(PAGE.read_text())) == []
