@@ -181,7 +181,7 @@ def probe(path: str, *, app_id: str | None = None, sink=None, checkpoint: str | 
 
             def sweep():
                 return referenced_files(DeltaTable(path), sink_fs, root)
-        except ImportError:  # before sinks/delta_log.py: every JSON commit since the orphans
+        except ImportError:  # before sinks/delta/referenced_files.py: every JSON commit since the orphans
             def sweep():
                 return sink._referenced_files(sink_fs, root, 0)
         out["orphan_sweep_referenced_files_ms"], refs = _timed_min(sweep)

@@ -1,4 +1,4 @@
-"""Side by side with the peers (issue 22): `kafka-eos` and `delta-eos` against Spark's own
+"""Side by side with the peers: `kafka-eos` and `delta-eos` against Spark's own
 `format("kafka")` (spark-sql-kafka-0-10 4.2.0) and delta-spark's `format("delta")` (4.4.0), in
 one warm PySpark 4.2.0 session on the same Apache Kafka broker, each pair on the same input,
 alternating which goes first where a pair runs more than once.

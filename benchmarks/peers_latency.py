@@ -1,4 +1,4 @@
-"""Per-batch and end-to-end latency beside the peers (issue 22): `kafka-eos -> delta-eos` in
+"""Per-batch and end-to-end latency beside the peers: `kafka-eos -> delta-eos` in
 both read modes against `format("kafka") -> format("delta")`, in one PySpark 4.2.0 session.
 
 The machinery is benchmarks/latency.py's: a producer thread stamps each record with its produce

@@ -8,7 +8,7 @@ import math
 #: The sections of `python -m benchmarks --peers`, in the order they run (`--peers-only`).
 SECTIONS = ("source", "latency", "kafka-sink", "delta-sink")
 
-#: Issue 22's targets: name -> (path into peers.json, comparison, target). A "*" in the path
+#: The comparison's targets: name -> (path into peers.json, comparison, target). A "*" in the path
 #: stands for every key found there (a value size, a read mode): one verdict each.
 TARGETS = {
     "source_rows_per_s_vs_format_kafka": (("source", "by_value_size", "*", "ratio"), ">=", 0.8),

@@ -1,4 +1,4 @@
-"""The sinks beside the peers (issue 22), in the peers' PySpark 4.2.0 session:
+"""The sinks beside the peers, in the peers' PySpark 4.2.0 session:
 
 * `kafka-eos` exactly-once against Spark's `format("kafka")` sink (at-least-once);
 * `delta-eos` against delta-spark's streaming `format("delta")` sink: rows/s over large

@@ -1,5 +1,5 @@
 """`delta-eos` upsert mode at scale: one micro-batch of 1,000,000 changes on 100,000 keys into
-a table of 10,000,000 rows (issue 23 item 4), against an append of the same rows.
+a table of 10,000,000 rows, against an append of the same rows.
 
     python -m benchmarks --only upsert-scale [--upsert-table-rows 10000000]
         [--upsert-changes 1000000] [--upsert-keys 100000]

@@ -1,5 +1,5 @@
 """delta-spark and `delta-eos` on the same Delta tables, in one PySpark 4.2.0 session of the
-peers' environment: what `integration_tests/test_peers_delta.py` runs (issue 22, items 2 and 3),
+peers' environment: what `integration_tests/test_peers_delta.py` runs,
 observing, not judging. Every observation goes to a JSON file for the test to assert on.
 
     <peers' python> -m integration_tests.peers_delta_session SPEC.json RESULT.json

@@ -1,4 +1,4 @@
-"""`delta-eos` under operators' habits (issue 11, items 1-3): switching deliveryGuarantee on a
+"""`delta-eos` under operators' habits: switching deliveryGuarantee on a
 checkpoint, two queries with similar appIds on one table, a reset checkpoint, an explicit
 appId reused across a reset. Each scenario is one or two real queries into a real table; the
 check is record by record (topic, partition, offset), and the table must stay readable."""

@@ -20,7 +20,7 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from connectors.core.paths import resolve
+from connectors.core.paths import resolve_location
 from integration_tests.support.s3 import s3_server, without_aws_env
 from integration_tests.delta_oracle import assert_records_once, last_spark_batch
 from integration_tests.kafka_data import create_topic, produce, unique_topic
@@ -67,7 +67,7 @@ def _run(bootstrap, tmp_path, topic, table, *, env, sink_options=()):
 
 def _txn_versions(uri: str, storage_options: dict[str, str]) -> dict[str, int]:
     """appId -> highest `txn` version, read from the JSON commits in the bucket."""
-    loc = resolve("path", uri, storage_options)
+    loc = resolve_location("path", uri, storage_options)
     versions: dict[str, int] = {}
     selector = pafs.FileSelector(f"{loc.path}/_delta_log", allow_not_found=True)
     for info in sorted(loc.fs.get_file_info(selector), key=lambda i: i.path):

@@ -140,7 +140,7 @@ def test_concurrent_appends_by_another_writer_are_not_lost(source, tmp_path):
     assert got == sorted((r.partition, r.offset) for r in expected)
 
 
-# -- issue 24: a table gone or replaced under a stopped query -----------------------------------
+# -- a table gone or replaced under a stopped query --------------------------------------------
 
 
 def _refused_restart(spark, bootstrap, topic, tmp_path, table) -> str:

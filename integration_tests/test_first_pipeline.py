@@ -3,8 +3,8 @@ them: the code blocks as one script, started with this interpreter by its path (
 "venv" Python, not activated), in a minimal environment: no PYSPARK_PYTHON, and a PATH whose
 `python3` is another interpreter (the system's, without the package or PySpark). Before the
 package set PYSPARK_PYTHON itself, Spark looked the formats up with that `python3` and the
-script failed with `[DATA_SOURCE_NOT_FOUND] Failed to find the data source: kafka-eos`
-(issue 24). One Spark session serves every block of both documents.
+script failed with `[DATA_SOURCE_NOT_FOUND] Failed to find the data source: kafka-eos`.
+One Spark session serves every block of both documents.
 
 Only what a document cannot know is replaced, each replacement checked to be there (a changed
 document fails here, naming the line): the broker's address, the working directory and the
@@ -46,7 +46,7 @@ def user_environment(tmp_path: Path) -> dict[str, str]:
     bin_dir.mkdir()
     system_python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
     if system_python and os.path.realpath(system_python) != os.path.realpath(sys.executable):
-        (bin_dir / "python3").symlink_to(system_python)  # another interpreter, as in the issue
+        (bin_dir / "python3").symlink_to(system_python)  # another interpreter than the venv
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)),
            "LANG": "C.UTF-8"}
     java = shutil.which("java")

@@ -1,6 +1,6 @@
 """The crash matrix for Kafka -> `kafka-eos` source -> `kafka-eos` sink
 (docs/design.md#crash-matrix),
-checked record by record with the marker-applying oracle (integration_tests/kafka_oracle.py):
+checked record by record with the marker-applying oracle (connectors/local/kafka_oracle.py):
 every input record exactly once among the committed output records, and no transaction left
 open. SIGKILLs at random moments of a pipeline writing to `kafka-eos` (and `delta-eos`) are the
 demo's chaos test (integration_tests/test_demo.py), verified record by record the same way.

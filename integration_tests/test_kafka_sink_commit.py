@@ -300,7 +300,7 @@ def test_a_batchs_transactions_are_committed_together_and_all_land(bootstrap, ou
     assert read_partition(bootstrap, out, 0).open == []
 
 
-# -- issue 21: every failure path on the real coordinator ---------------------------------------
+# -- every failure path on the real coordinator ------------------------------------------------
 
 
 def _spy_end_transaction(monkeypatch) -> list[tuple[int, str]]:

@@ -1,7 +1,7 @@
 """An oversized record fails the query with what to change first, through real Spark and real
 Kafka: the record (its size, its key, the source row it came from when the rows carry Kafka
 coordinates) and the setting that refused it, the producer's `kafka.message.max.bytes` or the
-topic's `max.message.bytes` (issue 24). Before, both failed as librdkafka's bare
+topic's `max.message.bytes`. Before, both failed as librdkafka's bare
 `KafkaError{code=MSG_SIZE_TOO_LARGE,...,str="Broker: Message size too large"}`."""
 
 from __future__ import annotations

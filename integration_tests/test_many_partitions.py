@@ -1,4 +1,4 @@
-"""A 1,000-partition topic on the suite's broker (issue 31): behaviour, not timings. Streaming
+"""A 1,000-partition topic on the suite's broker: behaviour, not timings. Streaming
 queries read every record exactly once in batches of packed tasks (at most
 targetTasksPerBatch, or what maxPartitionsPerTask asks for), the source's metrics line stays
 small, the Delta sink writes a file per task rather than per partition, and the driver read

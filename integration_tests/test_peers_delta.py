@@ -1,4 +1,4 @@
-"""delta-spark and `delta-eos` on the same Delta tables (issue 22, items 2 and 3), in the peers'
+"""delta-spark and `delta-eos` on the same Delta tables, in the peers'
 PySpark 4.2.0 session (delta-spark 4.4.0): time travel across a log checkpoint delta-rs wrote,
 timestamp and timestamp_ntz columns, tables delta-spark created (with its defaults, with
 deletion vectors in use, with column mapping), and two writers on one table (a delta-spark

@@ -1,4 +1,4 @@
-"""Side by side with what users run today (issue 22, items 2 and 4): delta-spark reads the tables
+"""Side by side with what users run today: delta-spark reads the tables
 `delta-eos` writes, and Spark's own Kafka connector reads `kafka-eos` output exactly once, on
 both PySpark versions the package supports. The small lane of the default run; the option-by-option
 and two-writer lanes (test_peers_kafka.py, test_peers_delta.py) are opt-in (`-m peers`).

@@ -1,4 +1,4 @@
-"""`kafka-eos` beside Spark's own Kafka connector, option by option (issue 22, item 4): every
+"""`kafka-eos` beside Spark's own Kafka connector, option by option: every
 row of docs/migrating-from-kafka.md that says "the same" is read (or written) through both
 formats with the same options, in batch reads and in streaming ones (availableNow into a
 memory sink), and both must give the same rows in every column, or both refuse. Also:

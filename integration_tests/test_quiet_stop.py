@@ -1,6 +1,6 @@
 """Quiet by default: a clean `query.stop()` in the middle of a batch is the user's decision,
 not a failure. The package logs no ERROR line and no stack trace for it, nor do its Kafka
-clients (issue 24); the batch is replayed at the next start, as after any stop. Spark itself
+clients; the batch is replayed at the next start, as after any stop. Spark itself
 still logs the cancelled batch (`ERROR WriteToDataSourceV2Exec: ... is aborting`, `ERROR Utils:
 Aborting task` with a TaskKilledException): docs/troubleshooting.md says so, and the demo stops
 its queries between batches. Measured on the code before this change: the same stop logged no

@@ -1,4 +1,4 @@
-"""A Spark Connect client (issue 22, item 5), the way Databricks shared and serverless clusters
+"""A Spark Connect client, the way Databricks shared and serverless clusters
 run: the client holds no SparkContext and no JVM; it sends plans over gRPC, and the server runs
 them, its own Python workers running this package's formats. A Connect session reads
 `kafka-eos` and writes `delta-eos` and `kafka-eos` (availableNow, two micro-batches, one task

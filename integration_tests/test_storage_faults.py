@@ -1,4 +1,4 @@
-"""Object storage that fails for a while (issue 30, item 5).
+"""Object storage that fails for a while.
 
 A `delta-eos` query commits to a table on `s3a://` through a fault-injecting proxy in front of
 the suite's S3 server (moto; integration_tests/s3_faults.py): 503 SlowDown and 500
@@ -16,7 +16,7 @@ behind the same proxy, two of its Delta commits landing while delta-rs is told t
 
 What failed before the sink retried its own storage steps (sinks/storage_retries.py
 with_storage_retries, used by sinks/txn_log.py, sinks/checkpoint.py, sinks/delta/sink.py and
-upsert.py; docs/operations-storage-outages.md):
+upsert.py; docs/operations.md#object-storage-outages):
 * the 30 s outage: the query ended within a second of it, at batch 2's planning
   (QueryStartFailed: "OSError: When getting information for key 't/_delta_log/
   00000000000000000000.json' ... NETWORK_CONNECTION during HeadObject operation: curlCode: 56

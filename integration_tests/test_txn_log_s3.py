@@ -14,7 +14,7 @@ import os
 import pyarrow.fs as pafs
 import pytest
 
-from connectors.core.paths import resolve
+from connectors.core.paths import resolve_location
 from sinks.txn_log import LOG_DIR, ConflictingWriters, TransactionLog
 
 
@@ -165,13 +165,14 @@ def test_a_log_record_is_written_once(s3, ck):
 
 def test_the_log_through_storage_options_alone(s3, monkeypatch):
     """No AWS environment: the log on a filesystem built from delta-rs's storage options
-    (connectors.core.paths.resolve), as Spark passes them (lower-cased keys)."""
+    (connectors.core.paths.resolve_location), as Spark passes them (lower-cased keys)."""
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
     options = {k.lower(): v for k, v in s3.storage_options.items()}
-    loc = resolve("checkpointLocation", f"s3://{s3.create_bucket()}/ck", options)
+    loc = resolve_location("checkpointLocation", f"s3://{s3.create_bucket()}/ck", options)
     log = TransactionLog(loc.path, filesystem=loc.fs)
     log.record_prepared(0, 0, 0, {"h": 0})
     log.record_decision(0, {0: {"h": 0}})
-    restarted = TransactionLog(loc.path, filesystem=resolve("checkpointLocation", loc.uri, options).fs)
+    again = resolve_location("checkpointLocation", loc.uri, options)
+    restarted = TransactionLog(loc.path, filesystem=again.fs)
     assert restarted.pending() == [0] and restarted.state(0).decided() == {0: {"h": 0}}

@@ -77,13 +77,13 @@ from sinks.two_phase_commit import (
     TransactionLost,
     TwoPhaseCommitSink,
 )
+from connectors.core.kafka_format import FORMAT_NAME
 from sinks.kafka_handles import KafkaHandle, kafka_handle
 from sinks.kafka_ids import acl_check_id, default_prefix, parse_transactional_id, transactional_id
 from sinks.txn_log import Handle, TransactionLog
 
 log = logging.getLogger("kafka_eos.sink.kafka")
 
-FORMAT_NAME = "kafka-eos"
 #: The sink's own options (besides the template's and `kafka.*`); anything else is refused.
 OPTIONS = ("topic", "transactionalIdPrefix", "flushTimeout", RETRY_TIMEOUT_OPTION,
            *sink_option_names())
@@ -351,10 +351,8 @@ def transactional_producer_conf(kafka_conf: dict[str, str]) -> dict[str, Any]:
     """A task's transactional producer: as every producer, and connected to the cluster's
     brokers as soon as it learns them (`enable.sparse.connections=false`, unless the user set
     it). With sparse connections (librdkafka's default) a fresh producer's init_transactions
-    often waits ~500 ms: librdkafka drops its bootstrap connection once metadata names the
-    brokers, finds no broker up to ask for the transaction coordinator, and retries on a 500 ms
-    timer (measured with librdkafka 2.16: about one init in two took 505-620 ms, the others
-    50-80 ms; with this setting 4-12 ms). The producer lives for one task, and connects to the
+    often waits ~500 ms for a broker to ask for its coordinator
+    (docs/design.md#a-transactional-producers-first-init). The producer lives for one task, and connects to the
     leaders of the partitions it writes anyway; the price is a connection to each broker."""
     conf = producer_conf(kafka_conf)
     conf.setdefault("enable.sparse.connections", "false")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-KIND = "kafka-eos"
+from connectors.core.kafka_format import FORMAT_NAME
+
+KIND = FORMAT_NAME
 
 
 class KafkaHandle(TypedDict):

@@ -11,27 +11,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-# What the clients retry themselves, per request (measured through integration_tests/
-# s3_faults.py against moto; docs/operations.md#object-storage-outages):
-#
-# * delta-rs (object_store 0.13): 5xx, 429 and connection errors, `max_retries` (10) times
-#   within `retry_timeout` (3 min), its backoff starting at `backoff_config.init_backoff`
-#   (100 ms) and growing slowly (a random step between the initial and twice the last wait):
-#   10 retries of a 503 took 2.1 s. A timeout or a reset after the request was sent is not
-#   retried for a PUT (the commit's create-if-absent PUT is not idempotent): the commit fails,
-#   although it may have landed; the sink's commit retries find it landed (isCommitted).
-# * pyarrow's S3 client (the sink's data files, its transaction log): AWS's standard strategy,
-#   3 attempts within about a second. Some failures it never retries, e.g. "INTERNAL_FAILURE
-#   during GetObject operation: Failed to flush response stream" after a connection reset.
-#
-# So a failure of a few seconds reached the query (integration_tests/test_storage_faults.py):
-# a `delta-eos` query on s3a:// ended with QueryStartFailed at the next batch's planning, 6 s
-# into a storage outage; with its checkpoint on S3 too, under 20% 5xx answers and 5% resets,
-# the query failed at planning 4 times in 4 batches (a GetObject pyarrow does not retry).
-# The sink's own steps (its transaction log, reading the table and the checkpoint, the orphan
-# sweep) now retry a transient failure for up to STORAGE_RETRY_TIMEOUT_S; the commit keeps
-# its own bounded retries (commitRetries / commitTimeout); a task's data file is retried by
-# pyarrow, then by Spark's task retries (spark.task.maxFailures).
+# The clients retry a failed request for about a second (pyarrow) or a few (delta-rs), and
+# some failures not at all, so a short outage reached the query at its next planning; the
+# sinks' own steps therefore retry for up to STORAGE_RETRY_TIMEOUT_S, the commit keeps its own
+# bounded retries (docs/design.md#what-the-storage-clients-retry-themselves).
 
 T = TypeVar("T")
 

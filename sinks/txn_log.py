@@ -35,7 +35,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from connectors.core.paths import resolve
+from connectors.core.paths import resolve_location
 from sinks.storage_retries import with_storage_retries
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class BatchState:
 class TransactionLog:
     def __init__(self, checkpoint_location: str, filesystem: pafs.FileSystem | None = None) -> None:
         if filesystem is None:
-            location = resolve("checkpointLocation", checkpoint_location)
+            location = resolve_location("checkpointLocation", checkpoint_location)
             filesystem, path = location.fs, location.path
         else:
             path = checkpoint_location

@@ -18,10 +18,10 @@ from connectors.core.schema_registry.options import RegistryOptions, registry_op
 from connectors.core.paths import normalise
 from sources.offsets import PartitionOffsets, parse_offsets_option
 from sources.task_packing import DEFAULT_TARGET_TASKS
+from connectors.core.kafka_format import FORMAT_NAME
 
 log = logging.getLogger(__name__)
 
-FORMAT_NAME = "kafka-eos"
 SUBSCRIPTION_OPTIONS = ("subscribe", "subscribePattern", "assign")
 
 #: Every option the source reads, named as Spark's Kafka source names them (plus ours), besides

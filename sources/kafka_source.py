@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from connectors.core.kafka_format import FORMAT_NAME
 from connectors.core.options import OptionError
 from connectors.core.worker_gc import freeze_long_lived
 from sources import offsets as off
@@ -35,13 +36,12 @@ from sources.kafka_options import TASK_METRICS_OFF, KafkaSourceOptions
 from sources.packed_reader import read_task
 from sources.range_reader import DataLossError
 from sources.registry_columns import RegistryColumns
-from sources.resolver import OffsetResolver, report_data_loss
+from sources.offset_lookup import OffsetLookup, report_data_loss
 from sources.task_metrics import ReportDirs, TaskTally
 from sources.task_packing import pack_ranges
 
 log = logging.getLogger(__name__)
 
-FORMAT_NAME = "kafka-eos"
 #: Planned batches kept until they complete; more means plans that never ran.
 MAX_PLANNED = 8
 
@@ -135,23 +135,23 @@ class _UsesBroker:
     used again): the next look-up opens a new one."""
 
     options: KafkaSourceOptions
-    _resolver: OffsetResolver | None = None
+    _lookup: OffsetLookup | None = None
 
     @property
-    def resolver(self) -> OffsetResolver:
-        if self._resolver is None:
-            self._resolver = OffsetResolver(self.options)
-        return self._resolver
+    def lookup(self) -> OffsetLookup:
+        if self._lookup is None:
+            self._lookup = OffsetLookup(self.options)
+        return self._lookup
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_resolver"] = None
+        state["_lookup"] = None
         return state
 
     def _close(self) -> None:
-        if self._resolver is not None:
-            resolver, self._resolver = self._resolver, None
-            resolver.close()
+        if self._lookup is not None:
+            lookup, self._lookup = self._lookup, None
+            lookup.close()
 
     @contextlib.contextmanager
     def _dropping_client_on_error(self) -> Iterator[None]:
@@ -172,7 +172,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
                  columns: RegistryColumns | None = None) -> None:
         self.options = options
         self.columns = columns or RegistryColumns()
-        self._resolver = None
+        self._lookup = None
         self._last_batch_at = time.monotonic()
         self._target: off.PartitionOffsets | None = None  # Trigger.AvailableNow's end
         self._latest: off.PartitionOffsets | None = None
@@ -192,9 +192,9 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         # (seen: "the offsets of t-0 went back from 8311 to 8261" at every start).
         if self._initial is None:
             with self._dropping_client_on_error():
-                tps = self.resolver.partitions(strict=True)
-                ids = self.resolver.topic_ids(t for t, _ in tps)  # before the offsets
-                start = self.resolver.resolve(self.options.starting, tps,
+                tps = self.lookup.partitions(strict=True)
+                ids = self.lookup.topic_ids(t for t, _ in tps)  # before the offsets
+                start = self.lookup.offsets_for(self.options.starting, tps,
                                               self.options.starting_option)
             log.info("kafka-eos: query starts at %s", off.to_json(start))
             self._initial = off.to_json(start, ids)
@@ -209,8 +209,8 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
 
     def prepareForTriggerAvailableNow(self) -> None:
         with self._dropping_client_on_error():
-            tps = self.resolver.partitions(strict=False)
-            self._target = self.resolver.latest(tps)
+            tps = self.lookup.partitions(strict=False)
+            self._target = self.lookup.latest(tps)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         # `start` is where the last batch ended, and that batch has completed: Spark plans the
@@ -221,12 +221,12 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         recorded = off.ids_from_json(start)
         with self._dropping_client_on_error():
             tps = list(self._target) if self._target is not None else \
-                self.resolver.partitions(strict=False)
+                self.lookup.partitions(strict=False)
             # The ids are looked up before the offsets: a topic recreated between the two
             # look-ups then gets its new offsets recorded under its old id, and the next batch
             # sees the new id (data loss reported, never a silent skip). The other order would
             # record the old topic's offsets under the new id: the skip this check prevents.
-            ids = self.resolver.topic_ids({t for t, _ in tps} | {t for t, _ in logged})
+            ids = self.lookup.topic_ids({t for t, _ in tps} | {t for t, _ in logged})
             begin, renewed = self._renew_recreated(logged, recorded, ids)
             latest = self._settled_latest(begin, tps)
             begin = self._reconcile(begin, latest)
@@ -253,7 +253,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         result = dict(begin)
         for topic, old_id, new_id in renewed:
             parts = {tp: o for tp, o in begin.items() if tp[0] == topic}
-            self.resolver.report_data_loss(
+            self.lookup.report_data_loss(
                 f"topic {topic} was deleted and created again (topic id {old_id}, now "
                 f"{new_id}); the query had read the old topic up to offsets "
                 + ", ".join(f"{t}-{p}: {o}" for (t, p), o in sorted(parts.items()))
@@ -274,7 +274,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         believed."""
         first = self._target
         latest = off.settle_latest(
-            lambda: self.resolver.latest(tps),
+            lambda: self.lookup.latest(tps),
             begin,
             retries=self.options.fetch_retries,
             interval_ms=self.options.fetch_retry_interval_ms,
@@ -293,7 +293,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         """
         gone = sorted(set(begin) - set(latest))
         if gone:
-            self.resolver.report_data_loss(
+            self.lookup.report_data_loss(
                 "partition(s) " + ", ".join(f"{t}-{p}" for t, p in gone)
                 + " no longer exist (topic deleted?)"
             )
@@ -311,15 +311,15 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         new = [tp for tp in end if tp not in result]
         if new:
             log.info("kafka-eos: new partitions %s are read from their earliest offset", new)
-            result.update(self.resolver.earliest(new))
+            result.update(self.lookup.earliest(new))
         went_back = [tp for tp in end if end[tp] < result[tp]]
         for tp in went_back:
-            self.resolver.report_data_loss(
+            self.lookup.report_data_loss(
                 f"the latest offset of {tp[0]}-{tp[1]} went back from {result[tp]} to {end[tp]} "
                 "(topic recreated?)"
             )
         if went_back:
-            result.update(self.resolver.earliest(went_back))
+            result.update(self.lookup.earliest(went_back))
         return result
 
     def _limited_end(self, begin: off.PartitionOffsets, latest: off.PartitionOffsets) -> off.PartitionOffsets:
@@ -390,7 +390,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         in this batch; the next batch sees the new id and reads the new topic from its
         earliest offsets). One id look-up, at a restart only."""
         with self._dropping_client_on_error():
-            ids = self.resolver.topic_ids({t for t, _ in stop})
+            ids = self.lookup.topic_ids({t for t, _ in stop})
         renewed = off.recreated_topics(logged_ids, ids, {t for t, _ in stop})
         gone = {t for t, _, _ in renewed}
         for topic, old_id, new_id in renewed:
@@ -475,19 +475,19 @@ class KafkaBatchReader(_UsesBroker, DataSourceReader):
                  columns: RegistryColumns | None = None) -> None:
         self.options = options
         self.columns = columns or RegistryColumns()
-        self._resolver = None
+        self._lookup = None
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
         try:
-            tps = self.resolver.partitions(strict=True)
-            start = self.resolver.resolve(opts.starting, tps, opts.starting_option)
+            tps = self.lookup.partitions(strict=True)
+            start = self.lookup.offsets_for(opts.starting, tps, opts.starting_option)
             # An end below the start may be a latest offset that went back (KAFKA-7703; the
             # embedded demo broker, Tansu, under load too): looked up again,
             # fetchOffset.numRetries times, fetchOffset.retryIntervalMs apart, before it is
             # believed.
             def ending() -> off.PartitionOffsets:
-                return self.resolver.resolve(opts.ending, tps, opts.ending_option)
+                return self.lookup.offsets_for(opts.ending, tps, opts.ending_option)
 
             may_be_latest = opts.ending.kind != "offsets" or off.LATEST in opts.ending.offsets.values()
             end = off.settle_latest(

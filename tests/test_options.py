@@ -279,7 +279,7 @@ def test_redact_empty():
     assert redact({}) == {}
 
 
-# ------------------------------------------------------------------ unknown options (issue 24)
+# ------------------------------------------------------------------ unknown options
 
 
 def test_an_unknown_option_names_the_three_closest_as_the_docs_spell_them_not_the_whole_list():

@@ -231,7 +231,7 @@ class _Committer:
 def _reader(highs, **extra) -> KafkaStreamReader:
     raw = {"kafka.bootstrap.servers": "nowhere:9092", "subscribe": "a", **extra}
     reader = KafkaStreamReader(parse_source_options(raw, batch=False))
-    reader._resolver = _Resolver(highs)
+    reader._lookup = _Resolver(highs)
     return reader
 
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.core.options import OptionError
-from connectors.core.paths import resolve
+from connectors.core.paths import resolve_location
 from sinks.delta.storage import check_delta_storage
 
 TABLE = "s3://bucket/t"
@@ -99,7 +99,7 @@ def _add(s3, uri: str, name: str, rows: list[int]):
     tasks do), and its add action."""
     from deltalake.transaction import AddAction
 
-    loc = resolve("path", uri, s3.storage_options)
+    loc = resolve_location("path", uri, s3.storage_options)
     path = f"{loc.path}/{name}"
     pq.write_table(pa.table({"x": rows}), path, filesystem=loc.fs)
     size = loc.fs.get_file_info(path).size
@@ -117,7 +117,7 @@ def _commit(table, add, app_id: str, version: int) -> None:
 
 def _log(s3, uri: str) -> list[dict]:
     bucket = uri[len("s3://"):].split("/")[0]
-    loc = resolve("path", uri, s3.storage_options)
+    loc = resolve_location("path", uri, s3.storage_options)
     commits = sorted(k for k in s3.list_keys(bucket, "t/_delta_log/") if k.endswith(".json"))
     out = []
     for key in commits:

@@ -81,7 +81,8 @@ def normalise(option: str, value: str) -> str:
     raise OptionError(option, f"scheme {scheme}:// is not supported; supported: {SUPPORTED}")
 
 
-def resolve(option: str, value: str, storage_options: Mapping[str, str] | None = None) -> Location:
+def resolve_location(option: str, value: str,
+                     storage_options: Mapping[str, str] | None = None) -> Location:
     """`normalise`, then the pyarrow filesystem that serves it (fails naming the option).
 
     `storage_options` are delta-rs's (object_store's) keys, the ones a sink hands to

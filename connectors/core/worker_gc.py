@@ -3,11 +3,8 @@
 Spark reuses its Python workers (`spark.python.worker.reuse`, true by default), and PySpark's
 daemon runs a full `gc.collect()` in a reused worker after every task (pyspark/daemon.py),
 before the worker takes its next one. A full collection walks every object the worker holds,
-and a worker that has imported pyarrow, PySpark's worker modules and the Kafka client holds
-some 56,000: measured on 2 cores, 31-49 ms a collection at a load of 4 and 100-130 ms at 10,
-paid by every task after the first on each worker while Spark waits (100-285 ms between two
-tasks of a worker, seen). A batch of 8 tasks reading 4 records each took 600-900 ms on 2
-workers where each task's Python work was 4-55 ms.
+tens of thousands once pyarrow, PySpark and the Kafka client are imported, and Spark waits for
+it between two tasks (docs/design.md#full-collections-in-reused-python-workers).
 
 `freeze_long_lived()` at the start of a task moves what the worker holds by then (its imported
 modules, mostly) to the permanent generation, once per process (`gc.freeze()`): later

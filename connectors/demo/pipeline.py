@@ -29,7 +29,9 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from connectors import kafka_config_file
+from connectors.core.kafka_format import FORMAT_NAME as KAFKA_EOS
 from connectors.demo.changes import ENVELOPE_TYPE
+from sinks.delta.options import FORMAT_NAME as DELTA_EOS
 
 DRAIN_MAX_OFFSETS = 50_000
 
@@ -91,7 +93,7 @@ def start_queries(
 
     def source() -> DataFrame:
         return (
-            spark.readStream.format("kafka-eos")
+            spark.readStream.format(KAFKA_EOS)
             .options(**security)
             .option("kafka.bootstrap.servers", args.bootstrap_servers)
             .option("subscribe", args.input_topic)
@@ -111,7 +113,7 @@ def start_queries(
     if args.upsert:
         upsert = trigger(
             debezium_changes(source())
-            .writeStream.format("delta-eos")
+            .writeStream.format(DELTA_EOS)
             .queryName("demo-delta-upsert")
             .options(**UPSERT_OPTIONS)
             .option("path", args.table)
@@ -121,7 +123,7 @@ def start_queries(
 
     delta = trigger(
         enriched()
-        .writeStream.format("delta-eos")
+        .writeStream.format(DELTA_EOS)
         .queryName("demo-delta")
         .option("path", args.table)
         .option("checkpointLocation", os.path.join(args.checkpoints, "delta"))
@@ -132,7 +134,7 @@ def start_queries(
             F.col("user_id").cast("string").alias("key"),
             F.to_json(F.struct(*rows.columns)).alias("value"),
         )
-        .writeStream.format("kafka-eos")
+        .writeStream.format(KAFKA_EOS)
         .queryName("demo-kafka")
         .options(**security)
         .option("kafka.bootstrap.servers", args.bootstrap_servers)

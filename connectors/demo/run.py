@@ -30,7 +30,9 @@ from connectors import kafka_config_file
 from connectors.demo import verify
 from connectors.demo.changes import sample_changes
 from connectors.demo.events import EventProducer, sample_events
+from connectors.core.kafka_format import FORMAT_NAME as KAFKA_EOS
 from connectors.core.kafka_python_security import connection_hint
+from sinks.delta.options import FORMAT_NAME as DELTA_EOS
 from sinks.two_phase_commit import METRICS_ENV
 
 # After a (re)start, a kill waits until the pipeline says its queries run (the ready file),
@@ -70,7 +72,7 @@ class DemoConfig:
 
     @property
     def sinks(self) -> tuple[str, ...]:
-        return ("delta-eos",) if self.upsert else ("delta-eos", "kafka-eos")
+        return (DELTA_EOS,) if self.upsert else (DELTA_EOS, KAFKA_EOS)
 
     @property
     def queries(self) -> tuple[str, ...]:
@@ -87,7 +89,7 @@ class Progress:
     """Rows and batches per sink, from the metrics file, read incrementally."""
 
     path: str
-    sinks: tuple[str, ...] = ("delta-eos", "kafka-eos")
+    sinks: tuple[str, ...] = (DELTA_EOS, KAFKA_EOS)
     rows: dict[str, int] = field(default_factory=dict)
     batches: dict[str, int] = field(default_factory=dict)
     _pos: int = 0
@@ -313,9 +315,9 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
         by_id = {e.event_id: e for e in events}
         ckpt = paths["checkpoints"]
         checks = [
-            verify.check("delta-eos", verify.delta_rows(paths["table"]), producer.delivered, by_id,
+            verify.check(DELTA_EOS, verify.delta_rows(paths["table"]), producer.delivered, by_id,
                          verify.spark_batches(os.path.join(ckpt, "delta"))),
-            verify.check("kafka-eos",
+            verify.check(KAFKA_EOS,
                          verify.kafka_rows(bootstrap, output_topic, cfg.kafka_config),
                          producer.delivered, by_id,
                          verify.spark_batches(os.path.join(ckpt, "kafka"))),

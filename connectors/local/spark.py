@@ -47,9 +47,8 @@ def local_spark(
 
     `quick_start`: the JVMs compile with C1 only and collect with the serial collector
     (`QUICK_START_JAVA_OPTIONS`). A Spark start and its first query then cost about half the
-    CPU (measured: 15 s instead of 30 s of JVM CPU on 2 cores), which is what short runs
-    (tests, the demo, a killed-and-restarted pipeline) spend most of their time on. The
-    benchmarks turn it off: C2's compiled code is what a long-running job runs. With it, the
+    CPU (docs/design.md#a-short-spark-runs-jvm-cpu), which is what short runs (tests, the demo,
+    a killed-and-restarted pipeline) spend most of their time on. The benchmarks turn it off: C2's compiled code is what a long-running job runs. With it, the
     driver also maps the test suite's class-data-sharing archive when `SPARK_CDS_ENV` names
     one (integration_tests/support/class_sharing.py makes it).
     """

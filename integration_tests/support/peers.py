@@ -3,7 +3,7 @@
 
 Maven Central serves Spark's `*_2.13` jars only up to 4.2.0 and no delta-spark release supports
 Spark 4.3 (delta-spark 4.4: Spark 4.0.1, 4.1.0, 4.2.0), so a session that runs both peers and
-this package is a PySpark 4.2.0 session, while the suite itself runs on PySpark 4.3 (issue 22).
+this package is a PySpark 4.2.0 session, while the suite itself runs on PySpark 4.3.
 Two things are made once into the cache the test broker's jars live in
 (`connectors.local.apache_kafka.cache_dir()`: `$KAFKA_EOS_CACHE`, else `~/.cache/kafka-eos`),
 each under a file lock, so parallel test workers on a fresh machine build them once:

@@ -27,14 +27,15 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sinks.delta.data_source import FORMAT_NAME, DeltaEosDataSource
+    from sinks.delta.data_source import DeltaEosDataSource
+    from sinks.delta.options import FORMAT_NAME
     from sinks.delta.options import DeltaOptions
     from sinks.delta.sink import DeltaSink
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "DeltaEosDataSource": "sinks.delta.data_source",
-    "FORMAT_NAME": "sinks.delta.data_source",
+    "FORMAT_NAME": "sinks.delta.options",
     "DeltaOptions": "sinks.delta.options",
     "DeltaSink": "sinks.delta.sink",
 }

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict
 
-KIND = "delta-eos"
+from sinks.delta.options import FORMAT_NAME
+
+KIND = FORMAT_NAME
 
 
 class DataFile(TypedDict):

@@ -22,6 +22,8 @@ from sinks.checkpoint import writer_identity
 from sinks.delta.app_ids import batch_app_id, file_tag, legacy_identity, streaming_app_id
 from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
 
+#: The format's name, said here once: its DataSource, its handles' kind and its messages.
+FORMAT_NAME = "delta-eos"
 #: Upsert (change data) mode: `mergeKeys` turns it on; the others need it.
 UPSERT_OPTIONS = ("mergeKeys", "sequenceBy", "applyAsDeletes", "exceptColumns",
                   "tombstoneRetention")

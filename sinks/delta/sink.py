@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from connectors.core.options import OptionError
-from connectors.core.paths import resolve
+from connectors.core.paths import resolve_location
 from sinks.storage_retries import with_storage_retries
 from sinks.checkpoint import last_committed_batch
 from sinks.delta import protocol_checks
@@ -123,7 +123,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         return with_storage_retries(fn, f"{self.describe()}: {what}", log=log)
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        loc = resolve("path", self.options.path, self.options.storage_options)
+        loc = resolve_location("path", self.options.path, self.options.storage_options)
         return loc.fs, loc.path
 
     def _table(self) -> DeltaTable | None:

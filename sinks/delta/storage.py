@@ -6,30 +6,11 @@ from the table while its `txn` action, read before the overwrite, told the sink 
 The exactly-once sink relies on that never happening (docs/design.md#commit-protocol and
 #delta-commits), and another writer may append to the same table at any time.
 
-How deltalake 1.6.6 (delta-rs) commits on S3, read in its source and measured here on moto:
-
-* by default through its DefaultLogStore: a PUT of `<version>.json` with `If-None-Match: *`
-  (object_store's `PutMode::Create`, S3 conditional writes, which AWS S3 has offered since
-  August 2024). A writer that lost the race gets 412, delta-rs reports "version already
-  exists", checks for logical conflicts and retries at the next version. Measured on moto: two
-  writers that both read version 1 end as versions 2 and 3, both `txn` actions in the log;
-* `AWS_S3_LOCKING_PROVIDER=dynamodb` no longer selects a DynamoDB log store: delta-rs removed
-  S3DynamoDbLogStore (delta-rs issue 4464, discussion 4482; released in 1.6.1); 1.6.6 logs an
-  error ("delta-rs **no longer** supports S3DynamoDBLogStores") and commits by conditional PUT;
-* `AWS_S3_ALLOW_UNSAFE_RENAME=true` wraps the store in S3StorageBackend, whose
-  `rename_if_not_exists` is a plain rename (copy + delete, which overwrites). In 1.6.6 the log
-  store commits by conditional PUT and does not rename, so the flag changes nothing measurable
-  there (measured: a stale writer still retried); in delta-rs 0.x it was the documented opt-out
-  ("set AWS_S3_ALLOW_UNSAFE_RENAME=true to opt out of support for concurrent writers",
-  crates/aws/src/errors.rs in 0.25.5): commits by a plain rename, one lost on a race.
-* `AWS_CONDITIONAL_PUT=disabled` (object_store's key; also `conditional_put`) makes every
-  commit fail ("`put_opts` with mode `PutMode::Create` when conditional put is disabled not
-  yet implemented"), the first one included.
-
+The settings that make a commit on S3 a plain overwrite, or fail every commit, are refused;
+how delta-rs commits under each of them is in docs/design.md#how-delta-rs-commits-on-s3.
 delta-rs reads these keys from the storage options and, when absent there, from the process
-environment; so does this check (on the driver, where the sink commits).
-GCS and Azure have native create-if-absent; local and mounted paths are committed by a
-no-replace rename: nothing to refuse there.
+environment; so does this check (on the driver, where the sink commits). GCS, Azure, local and
+mounted paths commit by create-if-absent: nothing to refuse there.
 """
 
 from __future__ import annotations

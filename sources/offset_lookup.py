@@ -1,4 +1,4 @@
-"""Driver-side offset resolution: which partitions a subscription covers, where reading starts,
+"""Driver-side offset look-ups: which partitions a subscription covers, where reading starts,
 what is latest, and whether offsets the query needs have been lost.
 """
 
@@ -31,7 +31,7 @@ T = TypeVar("T")
 _NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_ID}
 
 
-class OffsetResolver:
+class OffsetLookup:
     _admin: AdminClient | None = None  # for topic ids, opened on first use
     _ids_unavailable = False  # the brokers refused to describe topics: ids not asked again
 
@@ -114,7 +114,7 @@ class OffsetResolver:
         handling's business), and so is one whose id the broker does not give (all zeros): then
         only offsets that went back tell a recreated topic. A refusal other than a transient
         error (a broker without topic ids, missing DESCRIBE) is logged once, and ids are not
-        asked for again by this resolver."""
+        asked for again by this lookup."""
         names = sorted(set(topics))
         if not names or self._ids_unavailable:
             return {}
@@ -153,7 +153,7 @@ class OffsetResolver:
 
     # -- offsets ------------------------------------------------------------------------------
 
-    def resolve(self, spec: StartSpec, tps: list[TopicPartition], option: str) -> PartitionOffsets:
+    def offsets_for(self, spec: StartSpec, tps: list[TopicPartition], option: str) -> PartitionOffsets:
         """Concrete offsets for a starting or ending specification; `option` is the option that
         gave it (startingOffsets, endingTimestamp, ...): errors name it, and where no record is
         at or after a timestamp, a starting one follows startingOffsetsByTimestampStrategy while
