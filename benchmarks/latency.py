@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.common import load_average, pct, ratio
-from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
 #: The pipelines, in the order they run and are reported.
 PIPELINES = {

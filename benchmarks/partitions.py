@@ -233,7 +233,7 @@ def run_pipeline(spark, name: str, bootstrap: str, topic: str, *, partitions: in
                  batches: int, work: str, timeout_s: float = 3600) -> dict:
     """One availableNow query of `name` over the whole topic: its figures."""
     from benchmarks.common import batch_lines, load_average
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
     out = tempfile.mkdtemp(prefix="table-", dir=work)
@@ -364,7 +364,7 @@ def run(args, argv: list[str] | None) -> int:
     from benchmarks.partitions_report import evaluate, parse_counts, table
     from integration_tests.support.brokers import kafka_broker
     from integration_tests.support.peers import peer_environment
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     started = time.time()
 

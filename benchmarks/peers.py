@@ -178,7 +178,7 @@ def run(args, argv: list[str] | None) -> int:
     from benchmarks.peers_report import evaluate, parse_sections, section_key, tables
     from integration_tests.support.brokers import kafka_broker
     from integration_tests.support.peers import peer_environment
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     started = time.time()
 

@@ -30,7 +30,7 @@ from benchmarks.latency import (
     _ts,
     _window_seqs,
 )
-from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
 #: name -> (label, source format, kafka-eos readMode or None, sink format)
 PIPELINES = {

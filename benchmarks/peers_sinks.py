@@ -30,7 +30,7 @@ from benchmarks.common import (
     start,
 )
 from benchmarks.peers_report import window_p50s
-from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
 KAFKA_SINKS = ("kafka-eos", "kafka")
 DELTA_SINKS = ("delta-eos", "delta")

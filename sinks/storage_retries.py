@@ -24,7 +24,7 @@ from typing import TypeVar
 #   3 attempts within about a second. Some failures it never retries, e.g. "INTERNAL_FAILURE
 #   during GetObject operation: Failed to flush response stream" after a connection reset.
 #
-# So a failure of a few seconds reached the query (integration_tests/test_storage_faults.py):
+# So a failure of a few seconds reached the query (integration_tests/operations/test_storage_faults.py):
 # a `delta-eos` query on s3a:// ended with QueryStartFailed at the next batch's planning, 6 s
 # into a storage outage; with its checkpoint on S3 too, under 20% 5xx answers and 5% resets,
 # the query failed at planning 4 times in 4 batches (a GetObject pyarrow does not retry).

@@ -611,7 +611,7 @@ def creation_configuration(properties: dict[str, str], schema: pa.Schema) -> dic
     delta-rs then lists `invariants` (and `appendOnly`) among the writer features, as
     delta-spark does; without it delta-rs lists `timestampNtz` alone, and delta-spark, which
     counts NOT NULL as a column invariant, refuses to read or write the table
-    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH; integration_tests/test_peers_delta.py)."""
+    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH; integration_tests/peers/test_peers_delta.py)."""
     configuration = dict(properties)
     if protocol_checks.needs_listed_invariants(schema):
         configuration.setdefault("delta.minWriterVersion", "7")
