@@ -7,8 +7,8 @@ KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
     python -m benchmarks --output-dir DIR      # where results.json and chart.png go
     python -m benchmarks --peers               # kafka-eos / delta-eos vs format("kafka") and
                                                # format("delta"), PySpark 4.2.0: source, latency,
-                                               # both sinks (benchmarks/peers.py; a section alone:
-                                               # --peers-only latency)
+                                               # both sinks (benchmarks/peers/; a section
+                                               # alone: --peers-only latency)
     python -m benchmarks --delta-long-run [--batches 1000]
                                                # delta-eos over 1,000 batches (about 12 minutes
                                                # on 2 cores; no broker, no Spark): merged into
@@ -131,7 +131,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="micro-batches each --only partitions query reads its topic in "
                          "(maxOffsetsPerTrigger = the topic's records / this; default 5)")
     ap.add_argument("--peers", action="store_true",
-                    help="only the peers lane (benchmarks/peers.py): kafka-eos and delta-eos "
+                    help="only the peers lane (benchmarks/peers/lane.py): kafka-eos and delta-eos "
                          "against Spark's format(\"kafka\") and delta-spark's format(\"delta\") "
                          "(source, latency, both sinks), in a PySpark 4.2.0 session of the "
                          "peers' environment (made once in the broker jars' cache); figures to "
@@ -163,7 +163,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.records_per_partition < 1 or args.partition_batches < 1:
         ap.error("--records-per-partition, --partition-batches: at least 1")
     from benchmarks.partitions_report import parse_counts
-    from benchmarks.peers_report import parse_sections
+    from benchmarks.peers.report import parse_sections
 
     try:
         parse_sections(args.peers_only)
@@ -371,7 +371,7 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.peers:
-        from benchmarks import peers
+        from benchmarks.peers import lane as peers
 
         return peers.run(args, argv)
     only = set(args.only.split(","))

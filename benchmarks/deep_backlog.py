@@ -5,7 +5,8 @@ processes hold, with a given maxOffsetsPerTrigger or none (one batch of everythi
         [--max-offsets-per-trigger N|none] [--batches 3] [--bootstrap-servers HOST:PORT]
 
 `kafka-eos -> noop` in a local[2] session, the resident memory of the driver JVM and of every
-Python process under it sampled from /proc every 50 ms (integration_tests/support/process_memory.py).
+Python process under it sampled from /proc every 50 ms
+(integration_tests/support/process_memory.py).
 Prints one JSON document: per batch its rows and `triggerExecution`, per process role its peak
 RSS and growth over a fresh Python with a worker's imports. Without --bootstrap-servers it
 starts the suite's broker (Apache Kafka from its Maven jars). The suite's

@@ -160,11 +160,11 @@ def _stamp(value: bytes) -> tuple[int, int]:
 # -- one pipeline -------------------------------------------------------------------------------
 
 
-def _ts(iso: str) -> float:
+def iso_seconds(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def _run(query, *, warmup: int, batches: int, timeout_s: float) -> dict:
+def run_batches(query, *, warmup: int, batches: int, timeout_s: float) -> dict:
     """Let `warmup` batches with rows pass, then `batches` more; then keep the query until a
     batch that started after the measured window completed. Returns the measured progress and
     the window's wall-clock bounds."""
@@ -193,7 +193,7 @@ def _run(query, *, warmup: int, batches: int, timeout_s: float) -> dict:
                 if window_end is None and len(measured) >= batches:
                     window_end = time.time()
                 if window_end is not None and any(
-                        _ts(p["timestamp"]) > window_end + 0.3 for p in seen.values()):
+                        iso_seconds(p["timestamp"]) > window_end + 0.3 for p in seen.values()):
                     break
             time.sleep(0.1)
     finally:
@@ -209,7 +209,7 @@ def _floor(results: dict) -> float | None:
     return min(p50s) if p50s else None
 
 
-def _per_batch(progress: list[dict]) -> dict:
+def per_batch_latency(progress: list[dict]) -> dict:
     ms = [p["durationMs"]["triggerExecution"] for p in progress]
     add = [p["durationMs"].get("addBatch", 0) for p in progress]
     out = {
@@ -230,8 +230,8 @@ def _per_batch(progress: list[dict]) -> dict:
     return out
 
 
-def _e2e(pairs: list[tuple[int, int]], window: tuple[float, float], expected: set[int],
-         seqs: set[int]) -> dict:
+def end_to_end_latency(pairs: list[tuple[int, int]], window: tuple[float, float],
+                       expected: set[int], seqs: set[int]) -> dict:
     lat = [(vis - ns) / 1e6 for ns, vis in pairs]
     return {
         "records": len(lat),
@@ -245,7 +245,7 @@ def _e2e(pairs: list[tuple[int, int]], window: tuple[float, float], expected: se
     }
 
 
-def _delta_visibility(path: str) -> dict[int, tuple[int, int]]:
+def delta_visibility(path: str) -> dict[int, tuple[int, int]]:
     """seq -> (produce ns, visible ns): the first version whose add actions carry the record,
     visible when its _delta_log JSON file was written."""
     out: dict[int, tuple[int, int]] = {}
@@ -268,12 +268,12 @@ def _delta_visibility(path: str) -> dict[int, tuple[int, int]]:
 # -- the measurement ----------------------------------------------------------------------------
 
 
-def _window_seqs(produced: dict[int, int], window: tuple[float, float]) -> set[int]:
+def window_seqs(produced: dict[int, int], window: tuple[float, float]) -> set[int]:
     lo, hi = (int(w * 1e9) for w in window)
     return {seq for seq, ns in produced.items() if lo <= ns <= hi}
 
 
-class _ProduceLog:
+class ProduceLog:
     """The input topic read back (read_uncommitted) after the run: seq -> produce ns."""
 
     @staticmethod
@@ -318,9 +318,9 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
     timeout_s = 120 + (warmup + batches) * trigger_s * 10
     results: dict = {}
     failures: dict[str, list[dict]] = {}
-    from benchmarks.delta_long_run import _quiet_sink_log
+    from benchmarks.delta_long_run import quiet_sink_log
 
-    sink_log, saved = _quiet_sink_log()  # a line per batch and sink on stderr helps nobody
+    sink_log, saved = quiet_sink_log()  # a line per batch and sink on stderr helps nobody
     try:
         queue = list(pipelines)
         while queue:
@@ -369,7 +369,7 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
                      .trigger(processingTime=trigger).start())
             load_start = load_average()
             try:
-                run = _run(query, warmup=warmup, batches=batches, timeout_s=timeout_s)
+                run = run_batches(query, warmup=warmup, batches=batches, timeout_s=timeout_s)
             except Exception as e:  # reported; retried once; the other pipelines still run
                 failure = {"error": f"{type(e).__name__}: {str(e)[:2000]}",
                            "load_average": {"start": load_start, "end": load_average()},
@@ -391,13 +391,13 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
                 if reader is not None:
                     time.sleep(0.5)
                     reader.stop()
-            res = _per_batch(run["progress"])
+            res = per_batch_latency(run["progress"])
             res["window"] = [round(w, 3) for w in run["window"]]
             if "kafka_eos_" in name:
                 res["input_topic"] = topic
             res["load_average"] = {"start": load_start, "end": load_average()}
             if name.endswith("kafka_eos_delta_eos"):
-                res["_visible"] = _delta_visibility(out_path)
+                res["_visible"] = delta_visibility(out_path)
             elif reader is not None:
                 with reader.lock:
                     res["_visible"] = dict(reader.seen)
@@ -422,7 +422,7 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
             log(f"  {name}: {res['p50_vs_floor']}x the floor ({floor} ms)")
     produced: dict[int, int] = {}
     for topic in inputs:
-        produced.update(_ProduceLog.read(bootstrap, topic, partitions))
+        produced.update(ProduceLog.read(bootstrap, topic, partitions))
         delete_topic(bootstrap, topic)
     for name, res in results.items():
         if "error" in res:
@@ -430,9 +430,9 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
         visible = res.pop("_visible", None)
         if visible is None:
             continue
-        expected = _window_seqs(produced, tuple(res["window"]))
+        expected = window_seqs(produced, tuple(res["window"]))
         pairs = [visible[s] for s in sorted(expected) if s in visible]
-        res["end_to_end"] = _e2e(pairs, tuple(res["window"]), expected, set(visible))
+        res["end_to_end"] = end_to_end_latency(pairs, tuple(res["window"]), expected, set(visible))
         e = res["end_to_end"]
         log(f"  {name} end to end: p50 {e['p50_ms']} ms, p99 {e['p99_ms']} ms over "
             f"{e['records']} records ({e['missing']} missing)")

@@ -1,6 +1,6 @@
 """Per-batch cost against the partition count: does it grow with the data or with the topic's
 width? `kafka-eos` beside Spark's own `format("kafka")` (spark-sql-kafka-0-10 4.2.0), in one
-warm PySpark 4.2.0 session of the peers' environment (benchmarks/peers.py), on the suite's
+warm PySpark 4.2.0 session of the peers' environment (benchmarks/peers/lane.py), on the suite's
 broker (real Apache Kafka from its Maven jars).
 
     python -m benchmarks --only partitions [--partition-counts 8,200,1000]
@@ -294,7 +294,7 @@ def run_pipeline(spark, name: str, bootstrap: str, topic: str, *, partitions: in
 def measure_in_session(spec: dict) -> dict:
     """In the peers' environment: every count's four pipelines, in one warm session."""
     from benchmarks.common import load_average, metrics_file
-    from benchmarks.peers import SESSION_CONF
+    from benchmarks.peers.lane import SESSION_CONF
     from integration_tests.support.peers import peer_spark
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable

@@ -44,16 +44,16 @@ from pathlib import Path
 from typing import Any
 
 from connectors.local.apache_kafka import (
-    _LOG4J1,
-    _LOG4J2,
     LATEST,
+    LOG4J1,
+    LOG4J2,
     Generation,
     KafkaUnavailable,
-    _cluster_id,
-    _die_with_parent,
-    _properties_text,
+    die_with_parent,
     java_command,
     kafka_jars,
+    new_cluster_id,
+    properties_text,
 )
 from connectors.local.broker import free_port
 
@@ -314,10 +314,10 @@ class ClusterNode:
 
     def write_config(self, props: dict[str, str]) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.properties_file.write_text(_properties_text(props))
+        self.properties_file.write_text(properties_text(props))
         log_name = str(self.log_file)
-        (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(log=log_name))
-        (self.workdir / "log4j.properties").write_text(_LOG4J1.format(log=log_name))
+        (self.workdir / "log4j2.properties").write_text(LOG4J2.format(log=log_name))
+        (self.workdir / "log4j.properties").write_text(LOG4J1.format(log=log_name))
 
     def format(self, cluster_id: str) -> None:
         """StorageTool format of the data directory (run here, not through the launcher: it
@@ -342,7 +342,7 @@ class ClusterNode:
             self.process = subprocess.Popen(
                 [*prefix, *self.java("kafka.Kafka", str(self.properties_file))],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=True, preexec_fn=die_with_parent)
         self.frozen = False
 
     def wait_serving(self, timeout_s: float = 90) -> None:
@@ -673,7 +673,7 @@ def kafka_cluster(
                 ClusterNode(i, hosts[i - 1], chosen[i - 1][0], chosen[i - 1][1], generation,
                             workdir / f"node-{i}", launcher)
                 for i in range(1, nodes + 1)]
-            cluster = KafkaCluster(generation, workdir, members, _cluster_id())
+            cluster = KafkaCluster(generation, workdir, members, new_cluster_id())
             for n in members:
                 shutil.rmtree(n.workdir, ignore_errors=True)
                 n.write_config(node_properties(generation, n.node_id, hosts, chosen,

@@ -538,7 +538,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         table = self._table()
         if job and not adds and table is not None:
             return  # an empty batch job: nothing to add (a missing table is still created)
-        hooks = _post_commit_hooks(table)
+        hooks = post_commit_hooks(table)
         if table is None:
             create_table_with_add_actions(
                 self.options.path,
@@ -645,7 +645,7 @@ def _data_files(fs: pafs.FileSystem, root: str) -> Iterator[pafs.FileInfo]:
                     yield inner
 
 
-def _post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
+def post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
     """delta-rs lists the whole Delta log after every commit to clean up expired log files
     (none expire for delta.logRetentionDuration, 30 days: at a 1 s trigger, a listing of
     millions of files per commit). As delta-spark does, the clean-up runs with the log

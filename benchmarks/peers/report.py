@@ -1,4 +1,4 @@
-"""The peers benchmark's targets, verdicts and tables (benchmarks/peers.py): pure logic over
+"""The peers benchmark's targets, verdicts and tables (benchmarks/peers/lane.py): pure logic over
 the sections of DIR/peers.json, no Spark, no broker (tests/test_peers_benchmark.py)."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def section_key(name: str) -> str:
     return name.replace("-", "_")
 
 
-def _expand(d, path: tuple, label: tuple = ()):
+def expand_path(d, path: tuple, label: tuple = ()):
     """(label, value) for every match of a path whose "*" stands for any key."""
     if not path:
         yield label, d
@@ -48,16 +48,16 @@ def _expand(d, path: tuple, label: tuple = ()):
         return
     if head == "*":
         for k, v in d.items():
-            yield from _expand(v, rest, label + (str(k),))
+            yield from expand_path(v, rest, label + (str(k),))
     elif head in d:
-        yield from _expand(d[head], rest, label)
+        yield from expand_path(d[head], rest, label)
 
 
 def evaluate(results: dict) -> dict:
     """Every target's verdict over the sections present: {name[label]: value, target, met}."""
     out = {}
     for name, (path, op, target) in TARGETS.items():
-        for label, value in _expand(results, path):
+        for label, value in expand_path(results, path):
             key = f"{name}[{','.join(label)}]" if label else name
             if not isinstance(value, (int, float)) or math.isnan(value):
                 out[key] = {"value": None, "target": f"{op} {target}", "met": False}

@@ -21,14 +21,14 @@ import time
 
 from benchmarks.common import load_average, median, pct, ratio
 from benchmarks.latency import (
+    ProduceLog,
     TrickleProducer,
-    _delta_visibility,
-    _e2e,
-    _per_batch,
-    _ProduceLog,
-    _run,
-    _ts,
-    _window_seqs,
+    delta_visibility,
+    end_to_end_latency,
+    iso_seconds,
+    per_batch_latency,
+    run_batches,
+    window_seqs,
 )
 from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
@@ -58,7 +58,8 @@ def first_batch_s(progress: list[dict], started: float) -> float | None:
     if not ran:
         return None
     p = ran[0]
-    return round(_ts(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000 - started, 2)
+    finished = iso_seconds(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000
+    return round(finished - started, 2)
 
 
 def _query(spark, name: str, bootstrap: str, topic: str, out_path: str, ckpt: str,
@@ -86,12 +87,12 @@ def _one_run(spark, name: str, bootstrap: str, producer: TrickleProducer, work: 
     try:
         started = time.time()
         query = _query(spark, name, bootstrap, topic, out_path, ckpt, trigger_s)
-        run = _run(query, warmup=warmup, batches=batches,
+        run = run_batches(query, warmup=warmup, batches=batches,
                    timeout_s=120 + (warmup + batches) * trigger_s * 10)
         early = query.recentProgress  # kept by the query object after stop()
         return {"progress": run["progress"], "window": run["window"],
                 "first_batch_s": first_batch_s(list(early) + run["progress"], started),
-                "visible": _delta_visibility(out_path),
+                "visible": delta_visibility(out_path),
                 "load_average": {"start": load_start, "end": load_average()}}
     finally:
         shutil.rmtree(out_path, ignore_errors=True)
@@ -101,7 +102,7 @@ def _one_run(spark, name: str, bootstrap: str, producer: TrickleProducer, work: 
 def summarize(label: str, runs: list[dict], produced: dict[int, int]) -> dict:
     """Pool the rounds of one pipeline: per-batch p50/p99, end to end p50/p99, first batch."""
     progress = [p for r in runs for p in r["progress"]]
-    out = {"label": label, **_per_batch(progress)}
+    out = {"label": label, **per_batch_latency(progress)}
     ms = out["trigger_execution_ms"]
     out["trigger_execution_ms_p99"] = pct(ms, 0.99)
     out["rounds"] = len(runs)
@@ -111,10 +112,10 @@ def summarize(label: str, runs: list[dict], produced: dict[int, int]) -> dict:
     out["load_average"] = [r["load_average"] for r in runs]
     lat, records, missing = [], 0, 0
     for r in runs:
-        expected = _window_seqs(produced, tuple(r["window"]))
+        expected = window_seqs(produced, tuple(r["window"]))
         visible = r["visible"]
         pairs = [visible[s] for s in sorted(expected) if s in visible]
-        e = _e2e(pairs, tuple(r["window"]), expected, set(visible))
+        e = end_to_end_latency(pairs, tuple(r["window"]), expected, set(visible))
         lat += e["latency_ms"]
         records += e["records"]
         missing += e["missing"]
@@ -155,7 +156,7 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
         producer.stop()
     produced: dict[int, int] = {}
     for topic in inputs:
-        produced.update(_ProduceLog.read(bootstrap, topic, partitions))
+        produced.update(ProduceLog.read(bootstrap, topic, partitions))
         delete_topic(bootstrap, topic)
     pipelines: dict = {}
     for name, (label, _, mode, _) in PIPELINES.items():

@@ -15,15 +15,15 @@ DIR/peers.json, the others are kept):
   (availableNow, one task per Kafka partition; each source keeps its own defaults: kafka-eos
   reads read_committed, Spark's source read_uncommitted; the topic holds no transaction). The
   rate is rows over the summed `triggerExecution`, as the other source figures;
-* `latency` (benchmarks/peers_latency.py): `kafka-eos -> delta-eos` in both read modes against
+* `latency` (benchmarks/peers/latency.py): `kafka-eos -> delta-eos` in both read modes against
   `format("kafka") -> format("delta")`, 200 records/s, a 1 s trigger;
-* `kafka-sink`, `delta-sink` (benchmarks/peers_sinks.py): rows/s from the same Parquet, and
+* `kafka-sink`, `delta-sink` (benchmarks/peers/sinks.py): rows/s from the same Parquet, and
   both Delta sinks' per-batch time as a table grows to `--peers-delta-batches` batches.
 
 The parent (any Python with the package) starts the suite's broker, produces the source's topics
-and runs `python -m benchmarks.peers SPEC RESULT` in the peers' environment
+and runs `python -m benchmarks.peers.lane SPEC RESULT` in the peers' environment
 (integration_tests/support/peers.py: made once into the broker jars' cache). Figures and every
-target's verdict (benchmarks/peers_report.py `TARGETS`) go to DIR/peers.json, a table per
+target's verdict (benchmarks/peers/report.py `TARGETS`) go to DIR/peers.json, a table per
 section to stdout, a chart to DIR/peers.png (benchmarks/chart.py `draw_peers`).
 """
 
@@ -87,7 +87,7 @@ def measure_source(spark, spec: dict) -> dict:
 
 
 def _section(spark, name: str, spec: dict, work: str, log) -> dict:
-    from benchmarks import peers_latency, peers_sinks
+    from benchmarks.peers import latency as peers_latency, sinks as peers_sinks
     from benchmarks.common import write_parquet_input
 
     if name == "source":
@@ -118,7 +118,7 @@ def _section(spark, name: str, spec: dict, work: str, log) -> dict:
 def measure_in_session(spec: dict) -> dict:
     """In the peers' environment: the sections asked for, in one warm session."""
     from benchmarks.common import load_average, metrics_file
-    from benchmarks.peers_report import section_key
+    from benchmarks.peers.report import section_key
     from integration_tests.support.peers import peer_spark
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable
@@ -175,7 +175,7 @@ def run(args, argv: list[str] | None) -> int:
     """`python -m benchmarks --peers`: the broker here, the session in the peers' environment."""
     from benchmarks.chart import draw_peers
     from benchmarks.common import code_version, load_average, machine, produce_fixed, write_json
-    from benchmarks.peers_report import evaluate, parse_sections, section_key, tables
+    from benchmarks.peers.report import evaluate, parse_sections, section_key, tables
     from integration_tests.support.brokers import kafka_broker
     from integration_tests.support.peers import peer_environment
     from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
@@ -210,7 +210,7 @@ def run(args, argv: list[str] | None) -> int:
         spec_path.write_text(json.dumps(spec_for(args, bootstrap, topics, sections)))
         try:
             result = subprocess.run(
-                [str(python), "-m", "benchmarks.peers", str(spec_path), str(result_path)],
+                [str(python), "-m", "benchmarks.peers.lane", str(spec_path), str(result_path)],
                 env=env, cwd=str(Path(__file__).resolve().parents[1]), timeout=6 * 3600)
         finally:
             for topic in topics.values():

@@ -29,14 +29,14 @@ from benchmarks.common import (
     run_query,
     start,
 )
-from benchmarks.peers_report import window_p50s
+from benchmarks.peers.report import window_p50s
 from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
 KAFKA_SINKS = ("kafka-eos", "kafka")
 DELTA_SINKS = ("delta-eos", "delta")
 
 
-def _alternating(formats: tuple[str, str], repeats: int):
+def alternating(formats: tuple[str, str], repeats: int):
     for r in range(repeats):
         yield from (formats if r % 2 == 0 else formats[::-1])
 
@@ -95,7 +95,7 @@ def measure_kafka(spark, bootstrap: str, inputs: dict[str, ParquetInput], *, par
             for fmt in KAFKA_SINKS:
                 kafka_run(spark, bootstrap, inp, fmt, **kw)
         runs: dict[str, list[dict]] = {fmt: [] for fmt in KAFKA_SINKS}
-        for fmt in _alternating(KAFKA_SINKS, repeats):
+        for fmt in alternating(KAFKA_SINKS, repeats):
             runs[fmt].append(kafka_run(spark, bootstrap, inp, fmt, **kw))
         noop = kafka_run(spark, bootstrap, inp, "bench-noop", **kw)
         eos = max(r["rows_per_s"] for r in runs["kafka-eos"])
@@ -155,7 +155,7 @@ def measure_delta(spark, work: str, inputs: dict[str, ParquetInput], *, files_pe
             for fmt in DELTA_SINKS:
                 delta_run(spark, work, inp, fmt, files_per_trigger=files_per_batch)
         runs: dict[str, list[dict]] = {fmt: [] for fmt in DELTA_SINKS}
-        for fmt in _alternating(DELTA_SINKS, repeats):
+        for fmt in alternating(DELTA_SINKS, repeats):
             runs[fmt].append(delta_run(spark, work, inp, fmt, files_per_trigger=files_per_batch))
         eos = max(r["rows_per_s"] for r in runs["delta-eos"])
         spk = max(r["rows_per_s"] for r in runs["delta"])
