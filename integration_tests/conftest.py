@@ -18,7 +18,8 @@ from sources.consumer_pool import STATS_ENV
 # Before any Spark starts, so its Python workers inherit it: the source's consumer pool counts
 # created and reused consumers there (integration_tests/source/test_consumer_pool.py reads them).
 os.environ.setdefault(STATS_ENV, tempfile.mkdtemp(prefix="kafka-eos-pool-stats-"))
-# Likewise the source's per-batch metrics lines (integration_tests/source/test_source_monitoring.py).
+# Likewise the source's per-batch metrics lines
+# (integration_tests/source/test_source_monitoring.py).
 os.environ.setdefault(SOURCE_METRICS_ENV, os.path.join(
     tempfile.mkdtemp(prefix="kafka-eos-source-metrics-"), "batches.jsonl"))
 # The suite opts in to the package's structured log lines, as the CLI and the demo do
