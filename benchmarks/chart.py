@@ -198,7 +198,7 @@ def draw_peers(results: dict, path: str) -> list[str]:
 
 def _peers_ratios(ax, results: dict) -> None:
     """Every ratio measured, against its target."""
-    from benchmarks.peers_report import TARGETS, _expand
+    from benchmarks.peers.report import TARGETS, expand_path
 
     labels, vals, targets, colors = [], [], [], []
     names = {"source_rows_per_s_vs_format_kafka": "source rows/s",
@@ -207,7 +207,7 @@ def _peers_ratios(ax, results: dict) -> None:
              "delta_sink_rows_per_s_vs_format_delta": "Delta sink rows/s",
              "delta_sink_long_run_rows_per_s_vs_format_delta": "Delta sink rows/s,\nsmall batches"}
     for name, (p, op, target) in TARGETS.items():
-        for label, value in _expand(results, p):
+        for label, value in expand_path(results, p):
             if not isinstance(value, (int, float)):
                 continue
             what = label[0] if label else ""

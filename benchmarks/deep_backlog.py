@@ -5,11 +5,12 @@ processes hold, with a given maxOffsetsPerTrigger or none (one batch of everythi
         [--max-offsets-per-trigger N|none] [--batches 3] [--bootstrap-servers HOST:PORT]
 
 `kafka-eos -> noop` in a local[2] session, the resident memory of the driver JVM and of every
-Python process under it sampled from /proc every 50 ms (integration_tests/process_memory.py).
+Python process under it sampled from /proc every 50 ms
+(integration_tests/support/process_memory.py).
 Prints one JSON document: per batch its rows and `triggerExecution`, per process role its peak
 RSS and growth over a fresh Python with a worker's imports. Without --bootstrap-servers it
 starts the suite's broker (Apache Kafka from its Maven jars). The suite's
-integration_tests/test_deep_backlog.py asserts the bounds; this shows whether the memory
+integration_tests/source/test_deep_backlog.py asserts the bounds; this shows whether the memory
 follows the batch size (compare a bounded run with `none`).
 """
 
@@ -28,9 +29,9 @@ def run(bootstrap: str, records: int, partitions: int, limit: int | None,
         batches: int) -> dict:
     from connectors.core.kafka_client import KafkaMetadata
     from connectors.local.spark import local_spark
-    from integration_tests.kafka_data import (create_topic, delete_topic, produce_backlog,
+    from integration_tests.support.kafka_data import (create_topic, delete_topic, produce_backlog,
                                               unique_topic)
-    from integration_tests.process_memory import MemorySampler, import_baseline_kb
+    from integration_tests.support.process_memory import MemorySampler, import_baseline_kb
 
     topic = unique_topic("bench-deep")
     per_partition = records // partitions

@@ -1,6 +1,6 @@
 """Per-batch cost against the partition count: does it grow with the data or with the topic's
 width? `kafka-eos` beside Spark's own `format("kafka")` (spark-sql-kafka-0-10 4.2.0), in one
-warm PySpark 4.2.0 session of the peers' environment (benchmarks/peers.py), on the suite's
+warm PySpark 4.2.0 session of the peers' environment (benchmarks/peers/lane.py), on the suite's
 broker (real Apache Kafka from its Maven jars).
 
     python -m benchmarks --only partitions [--partition-counts 8,200,1000]
@@ -233,7 +233,7 @@ def run_pipeline(spark, name: str, bootstrap: str, topic: str, *, partitions: in
                  batches: int, work: str, timeout_s: float = 3600) -> dict:
     """One availableNow query of `name` over the whole topic: its figures."""
     from benchmarks.common import batch_lines, load_average
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
     out = tempfile.mkdtemp(prefix="table-", dir=work)
@@ -294,7 +294,7 @@ def run_pipeline(spark, name: str, bootstrap: str, topic: str, *, partitions: in
 def measure_in_session(spec: dict) -> dict:
     """In the peers' environment: every count's four pipelines, in one warm session."""
     from benchmarks.common import load_average, metrics_file
-    from benchmarks.peers import SESSION_CONF
+    from benchmarks.peers.lane import SESSION_CONF
     from integration_tests.support.peers import peer_spark
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable
@@ -364,7 +364,7 @@ def run(args, argv: list[str] | None) -> int:
     from benchmarks.partitions_report import evaluate, parse_counts, table
     from integration_tests.support.brokers import kafka_broker
     from integration_tests.support.peers import peer_environment
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     started = time.time()
 

@@ -92,7 +92,7 @@ def end_to_end(spark, bootstrap: str, registry_url: str, note: int, rows: int,
                payload_bytes: int, pairs: int = PAIRS) -> dict:
     """Rows/s of a batch write with valueFormat=avro, and of values of the Avro payload's
     size already as bytes (what the sink writes without a registry format)."""
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     records = spark.range(rows).selectExpr(RECORD_SQL.format(note=note))
     frames = {"avro": records.repartition(2).cache(),

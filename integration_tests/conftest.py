@@ -16,14 +16,15 @@ from sources.batch_metrics import SOURCE_METRICS_ENV
 from sources.consumer_pool import STATS_ENV
 
 # Before any Spark starts, so its Python workers inherit it: the source's consumer pool counts
-# created and reused consumers there (integration_tests/test_consumer_pool.py reads them).
+# created and reused consumers there (integration_tests/source/test_consumer_pool.py reads them).
 os.environ.setdefault(STATS_ENV, tempfile.mkdtemp(prefix="kafka-eos-pool-stats-"))
-# Likewise the source's per-batch metrics lines (integration_tests/test_source_monitoring.py).
+# Likewise the source's per-batch metrics lines
+# (integration_tests/source/test_source_monitoring.py).
 os.environ.setdefault(SOURCE_METRICS_ENV, os.path.join(
     tempfile.mkdtemp(prefix="kafka-eos-source-metrics-"), "batches.jsonl"))
 # The suite opts in to the package's structured log lines, as the CLI and the demo do
 # (connectors/core/logs.py): its Spark sessions and pipelines log them with level and logger
-# name, which a failure's output shows and integration_tests/test_quiet_stop.py searches.
+# name, which a failure's output shows and integration_tests/operations/test_quiet_stop.py searches.
 os.environ.setdefault(LEVEL_ENV, "INFO")
 
 
@@ -40,17 +41,21 @@ if SPARK_CDS_ENV not in os.environ:
 #: handed out first, so that the two xdist workers of the default run (pyproject.toml's addopts,
 #: `--dist loadfile --no-loadscope-reorder`: xdist's own reordering, by number of tests per
 #: module, would hand the one-test crash matrices out last) end together instead of one running
-#: a long module alone at the end. From the suite's junit durations on 2 cores, 2026-11-26; the
-#: cluster lanes (3-node clusters, broker restarts, network cuts) from their own runs, 2026-11-27.
+#: a long module alone at the end. By module basename, whichever sub-package holds it (basenames
+#: are unique: tests/test_architecture.py checks). From the suite's junit durations on 2 cores,
+#: 2026-11-26; the cluster lanes (3-node clusters, broker restarts, network cuts) from their own
+#: runs, and the Schema Registry, many-topics and deep-backlog modules from the suite's
+#: durations (about 170, 90, 20, 45 and 30 s), 2026-11-27.
 LONGEST_FIRST = (
     "test_cluster_faults", "test_kafka_crash_matrix", "test_network_partitions",
-    "test_postgres_crash_matrix", "test_delta_crash_matrix",
+    "test_schema_registry_source", "test_postgres_crash_matrix", "test_delta_crash_matrix",
     "test_delta_upsert_crash_matrix", "test_chained_kafka", "test_operations",
-    "test_secured_clusters", "test_demo", "test_benchmarks_smoke", "test_streaming",
-    "test_peers_interop", "test_delta_s3", "test_kafka_sink_reset", "test_delta_operations",
-    "test_delta_sink", "test_first_pipeline", "test_postgres_sink", "test_demo_secured",
-    "test_kafka_sink_commit", "test_kill_restart", "test_secured_refusals", "test_quiet_stop",
-    "test_spark_connect", "test_batch_write", "test_storage_faults", "test_kafka_cluster",
+    "test_secured_clusters", "test_schema_registry_sink", "test_demo", "test_benchmarks_smoke",
+    "test_streaming", "test_peers_interop", "test_delta_s3", "test_kafka_sink_reset",
+    "test_delta_operations", "test_delta_sink", "test_first_pipeline", "test_postgres_sink",
+    "test_demo_secured", "test_kafka_sink_commit", "test_many_topics", "test_kill_restart",
+    "test_secured_refusals", "test_quiet_stop", "test_deep_backlog", "test_spark_connect",
+    "test_batch_write", "test_storage_faults", "test_schema_registry_server", "test_kafka_cluster",
     "test_netns",
 )
 
@@ -112,8 +117,8 @@ def freezable_broker(broker: Broker) -> Broker:
 @pytest.fixture(scope="session")
 def secured_kafka(broker: Broker) -> Broker:
     """The Apache Kafka node whose own secured listeners the secured tests use: the session's
-    broker when it is one (integration_tests/secured.py)."""
-    from integration_tests.secured import secured_kafka_broker
+    broker when it is one (integration_tests/support/secured.py)."""
+    from integration_tests.support.secured import secured_kafka_broker
 
     with secured_kafka_broker(broker) as b:
         yield b

@@ -22,7 +22,7 @@ while it fails transiently (a 5xx or SlowDown, a reset connection, a timeout), f
 sinks.storage_retries.STORAGE_RETRY_TIMEOUT_S: each is idempotent (a record's content is fixed by
 its name), so a retry of one that landed unseen writes the same record again. Without it, one
 request that pyarrow's client gave up on failed the batch, or the next one's planning
-(integration_tests/test_storage_faults.py).
+(integration_tests/operations/test_storage_faults.py).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def test_share_coordinator_settings_only_where_the_broker_knows_them(pki):
 
 
 def test_pem_values_are_escaped_for_java_properties(pki):
-    text = ak._properties_text(_props(pki))
+    text = ak.properties_text(_props(pki))
     key_line = next(line for line in text.splitlines() if line.startswith("ssl.keystore.key="))
     assert "\\n" in key_line and "BEGIN PRIVATE KEY" in key_line
 
@@ -91,7 +91,7 @@ def test_no_maven_and_no_ivy_says_what_is_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path))
     real_which = ak.shutil.which
     monkeypatch.setattr(ak.shutil, "which", lambda n: None if n == "mvn" else real_which(n))
-    monkeypatch.setattr(ak, "_ivy_jar", lambda: None)
+    monkeypatch.setattr(ak, "ivy_jar", lambda: None)
     with pytest.raises(ak.KafkaUnavailable) as e:
         ak.kafka_jars(ak.LATEST)
     assert "mvn is not installed" in str(e.value) and "Ivy" in str(e.value)

@@ -14,8 +14,12 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Where circles are looked for: the three packages of the wheel, and the benchmarks.
-PACKAGES = ("connectors", "sources", "sinks", "benchmarks")
+#: Where circles are looked for: the three packages of the wheel, the benchmarks and the
+#: integration tests.
+PACKAGES = ("connectors", "sources", "sinks", "benchmarks", "integration_tests")
+#: The project's own top-level packages: a private name (`_x`) of one of their modules is that
+#: module's business; another module that needs it gets it made public.
+PROJECT = ("connectors", "sources", "sinks", "benchmarks", "integration_tests")
 #: What no module of the wheel may import: the test runners, their servers, the tests'
 #: plumbing (the certificate generator included) and the tests themselves.
 TEST_ONLY = ("pytest", "moto", "testcontainers", "docker", "integration_tests", "tests")
@@ -149,3 +153,59 @@ def test_the_wheel_imports_no_test_plumbing():
         if bad:
             offending[str(path.relative_to(ROOT))] = bad
     assert offending == {}
+
+
+def private_imports(source: str) -> list[str]:
+    """`from <project module> import _name` anywhere in `source`, as `module._name`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                and node.module.split(".")[0] in PROJECT:
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_private_imports_are_found():
+    source = ("from benchmarks.latency import run_batches, _stamp\n"
+              "def f():\n    from confluent_kafka.x import _pool\n    from .y import _z\n"
+              "    from integration_tests.support import __doc__\n")
+    assert private_imports(source) == ["benchmarks.latency._stamp"]
+
+
+def test_no_module_imports_another_modules_private_names():
+    """The wheel's packages, the benchmarks and the integration tests (the unit tests may reach
+    into the module they test)."""
+    offending = {}
+    for package in PROJECT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found = private_imports(path.read_text())
+            if found:
+                offending[str(path.relative_to(ROOT))] = found
+    assert offending == {}
+
+
+def _integration_modules() -> list[Path]:
+    return sorted((ROOT / "integration_tests").rglob("test_*.py"))
+
+
+def test_integration_test_modules_are_grouped_in_packages_with_unique_names():
+    """Each test module sits in a sub-package (support/ holds no tests), and no two share a
+    basename: conftest.py's LONGEST_FIRST ranks them by it."""
+    modules = _integration_modules()
+    assert len(modules) > 50
+    for path in modules:
+        folder = path.parent
+        assert folder.parent == ROOT / "integration_tests" and folder.name != "support", path
+        assert (folder / "__init__.py").is_file(), f"{folder} lacks __init__.py"
+    names = [p.stem for p in modules]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_every_module_ranked_longest_first_exists():
+    conftest = ast.parse((ROOT / "integration_tests" / "conftest.py").read_text())
+    [ranked] = [ast.literal_eval(node.value) for node in conftest.body
+                if isinstance(node, ast.Assign)
+                and any(getattr(t, "id", None) == "LONGEST_FIRST" for t in node.targets)]
+    assert set(ranked) - {p.stem for p in _integration_modules()} == set()
+    assert len(set(ranked)) == len(ranked)

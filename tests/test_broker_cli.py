@@ -1,7 +1,7 @@
 """`kafka-eos broker`: its arguments, and the embedded broker it falls back to where Apache Kafka
 cannot run (no Java here: PATH without it), as a user runs it (a subprocess, stopped with
 Ctrl-C). The embedded broker is a small native binary, no JVM; the Apache Kafka path is
-integration_tests/test_local_broker.py's."""
+integration_tests/demo/test_local_broker.py's."""
 
 from __future__ import annotations
 

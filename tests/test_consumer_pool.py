@@ -1,6 +1,6 @@
 """The consumer pool's bookkeeping (sources/consumer_pool.py) with fake consumers, and
 read_range's use of it. Real librdkafka consumers re-assigned across ranges, and reuse in a real
-Spark query: integration_tests/test_consumer_pool.py."""
+Spark query: integration_tests/source/test_consumer_pool.py."""
 
 from __future__ import annotations
 

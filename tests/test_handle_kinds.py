@@ -6,7 +6,7 @@ The old checkpoints are real ones, captured byte for byte from the previous vers
 (tests/data/checkpoints_before_handle_kinds/README.md); the stores they name are gone, so
 resolve is checked here up to the sink it would settle them with (the ids, gids and app id it
 would use are those the handles hold), and settling legacy handles against real stores is proven
-in-process on Delta below and on Kafka and PostgreSQL in integration_tests/test_operations.py.
+in-process on Delta below and on Kafka and PostgreSQL in integration_tests/operations/test_operations.py.
 """
 
 from __future__ import annotations

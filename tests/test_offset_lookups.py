@@ -3,7 +3,7 @@ partition's earliest, latest or by-time offset in one ListOffsets call of the ad
 (one request per partition leader, sent by librdkafka), under the query's isolation level,
 retried as a whole under kafkaRetryTimeout. No broker: a recording admin client. The answers
 of a real broker, compared with the per-partition path, are in
-integration_tests/test_offset_lookups.py."""
+integration_tests/source/test_offset_lookups.py."""
 
 from __future__ import annotations
 

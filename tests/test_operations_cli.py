@@ -1,6 +1,6 @@
 """Unit tests of `kafka-eos inspect` / `kafka-eos resolve` on checkpoints laid out as Spark and the
 sink lay them out (no Spark, no broker): parsing, windows, errors, the running-query refusal, and
-secrets kept out of every output. The end-to-end proofs are integration_tests/test_operations.py.
+secrets kept out of every output. The end-to-end proofs are integration_tests/operations/test_operations.py.
 """
 
 from __future__ import annotations

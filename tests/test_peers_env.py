@@ -1,6 +1,6 @@
 """The peers' environment (integration_tests/support/peers.py): which resolved jars a PySpark
 session gets, where the environment lives, and the error when the jars cannot be had. The
-environment itself is built and used by integration_tests/test_peers_interop.py."""
+environment itself is built and used by integration_tests/peers/test_peers_interop.py."""
 
 from __future__ import annotations
 

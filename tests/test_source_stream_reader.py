@@ -134,7 +134,7 @@ def test_trigger_available_now_target_that_went_back_is_fetched_again():
 def test_trigger_available_now_reads_to_its_target_whatever_min_offsets_per_trigger():
     """Trigger.AvailableNow ends at the first trigger without a new batch: a batch delayed for
     minOffsetsPerTrigger there ended the run with the records unread (seen beside Spark's own
-    source, which read them: integration_tests/test_peers_kafka.py)."""
+    source, which read them: integration_tests/peers/test_peers_kafka.py)."""
     opts = _options(minOffsetsPerTrigger="1000", maxTriggerDelay="1h")
     lookup = ScriptedLookup(opts, [{P0: 30}])
     reader = _reader(opts, lookup)

@@ -308,7 +308,7 @@ class KafkaMetadata:
     (a consumer's `get_watermark_offsets` is one round trip per partition: 1,000 a batch at
     1,000 partitions). Verified to answer as the consumer's per-partition look-ups do, last
     stable offset under read_committed included, on Apache Kafka 4.x and on the embedded
-    broker (integration_tests/test_offset_lookups.py)."""
+    broker (integration_tests/source/test_offset_lookups.py)."""
 
     def __init__(self, base_conf: Mapping[str, str], *, timeout_s: float = 10.0):
         self._conf = dict(base_conf)

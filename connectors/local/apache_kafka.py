@@ -115,7 +115,7 @@ def _pom(coordinates: list[str]) -> str:
     )
 
 
-def _resolve_with_maven(coordinates: list[str], work: Path, lib: Path) -> None:
+def resolve_with_maven(coordinates: list[str], work: Path, lib: Path) -> None:
     (work / "pom.xml").write_text(_pom(coordinates))
     cmd = ["mvn", "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
            "-DincludeScope=runtime", f"-DoutputDirectory={lib}"]
@@ -126,7 +126,7 @@ def _resolve_with_maven(coordinates: list[str], work: Path, lib: Path) -> None:
             f"{result.returncode}): {(result.stdout + result.stderr)[-1500:]}")
 
 
-def _ivy_jar() -> Path | None:
+def ivy_jar() -> Path | None:
     try:
         import pyspark
     except ImportError:
@@ -136,9 +136,9 @@ def _ivy_jar() -> Path | None:
     return found[-1] if found else None
 
 
-def _resolve_with_ivy(coordinates: list[str], work: Path, lib: Path) -> None:
+def resolve_with_ivy(coordinates: list[str], work: Path, lib: Path) -> None:
     """PySpark's own Ivy, standalone: no Maven needed, Maven Central reached directly."""
-    ivy = _ivy_jar()
+    ivy = ivy_jar()
     if ivy is None:
         raise KafkaUnavailable("neither mvn nor PySpark's Ivy jar is available")
     deps = "".join(
@@ -184,7 +184,7 @@ def _fetch_jars(generation: Generation, lib: Path, done: Path) -> Path:
         log.warning("fetching Apache Kafka %s's jars from Maven Central into %s (once)",
                     generation.version, lib)
         errors = []
-        resolvers = ([_resolve_with_maven] if shutil.which("mvn") else []) + [_resolve_with_ivy]
+        resolvers = ([resolve_with_maven] if shutil.which("mvn") else []) + [resolve_with_ivy]
         for resolve in resolvers:
             try:
                 resolve(coordinates, work, staging)
@@ -292,11 +292,11 @@ def server_properties(
     return props
 
 
-def _properties_text(props: dict[str, str]) -> str:
+def properties_text(props: dict[str, str]) -> str:
     return "".join(f"{k}={property_value(v)}\n" for k, v in sorted(props.items()))
 
 
-_LOG4J2 = """status = error
+LOG4J2 = """status = error
 appender.file.type = File
 appender.file.name = file
 appender.file.fileName = {log}
@@ -307,7 +307,7 @@ rootLogger.appenderRef.file.ref = file
 logger.kafka.name = kafka
 logger.kafka.level = WARN
 """
-_LOG4J1 = """log4j.rootLogger=WARN, file
+LOG4J1 = """log4j.rootLogger=WARN, file
 log4j.appender.file=org.apache.log4j.FileAppender
 log4j.appender.file.File={log}
 log4j.appender.file.layout=org.apache.log4j.PatternLayout
@@ -315,7 +315,7 @@ log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     # May start with "-": pass it as --cluster-id=ID, never as a separate argument.
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
@@ -374,16 +374,16 @@ class ApacheKafka:
     def format(self, overrides: dict[str, str] | None = None) -> None:
         props = server_properties(self.generation, self.ports, str(self.workdir / "data"),
                                   self.pki, self.passwords, overrides)
-        (self.workdir / "server.properties").write_text(_properties_text(props))
+        (self.workdir / "server.properties").write_text(properties_text(props))
         log_name = str(self.log_file)
-        (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(log=log_name))
-        (self.workdir / "log4j.properties").write_text(_LOG4J1.format(log=log_name))
+        (self.workdir / "log4j2.properties").write_text(LOG4J2.format(log=log_name))
+        (self.workdir / "log4j.properties").write_text(LOG4J1.format(log=log_name))
         scram = []
         for user, password in self.passwords.items():
             for mechanism in SCRAM_MECHANISMS:
                 scram += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
         result = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={new_cluster_id()}",
                        "-c", str(self.workdir / "server.properties"), *scram),
             capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
@@ -397,7 +397,7 @@ class ApacheKafka:
         self.process = subprocess.Popen(
             self._java("kafka.Kafka", str(self.workdir / "server.properties")),
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent)
+            preexec_fn=die_with_parent)
         out.close()
         try:
             wait_until_ready(self.bootstrap_servers, self.process, timeout_s)
@@ -450,7 +450,7 @@ class ApacheKafka:
         self.start(timeout_s)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGTERM when the process that started the broker dies (a test
     run killed without its teardown leaves no broker behind). Its own session, so the
     pipelines' process-group kills never reach it."""

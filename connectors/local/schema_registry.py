@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from connectors.local.apache_kafka import MakePKI, ServerPKI, _die_with_parent, _ivy_jar, cache_dir
+from connectors.local.apache_kafka import MakePKI, ServerPKI, cache_dir, die_with_parent, ivy_jar
 from connectors.local.broker import free_port, port_free
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ def _fetch_with_ivy(out: Path, work: Path) -> None:
     """Maven Central's default Ivy resolver, told not to read the pom: the artifact's parent pom
     (`io.apicurio:apicurio-registry`) is not published there, and Ivy stops at a missing parent
     where `mvn dependency:copy` does not."""
-    ivy = _ivy_jar()
+    ivy = ivy_jar()
     if ivy is None:
         raise RegistryUnavailable("neither mvn nor PySpark's Ivy jar is available")
     group, artifact, version, ext, classifier = COORDINATES.split(":")
@@ -351,7 +351,7 @@ def start_registry(port: int | None = None, *, make_pki: MakePKI | None = None,
         with open(workdir / "registry.log", "ab") as out:
             registry.process = subprocess.Popen(
                 _jvm_command(app), cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         try:
             _wait_until_ready(registry, timeout_s)
             _set_global_compatibility(registry)

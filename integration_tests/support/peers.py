@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING
 
 from connectors.local.apache_kafka import (
     KafkaUnavailable,
-    _resolve_with_ivy,
-    _resolve_with_maven,
     cache_dir,
+    resolve_with_ivy,
+    resolve_with_maven,
 )
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ def peers_jars() -> Path:
             log.warning("fetching %s from Maven Central into %s (once)", ", ".join(PACKAGES), lib)
             errors = []
             mvn = shutil.which("mvn") is not None
-            for resolve in ([_resolve_with_maven] if mvn else []) + [_resolve_with_ivy]:
+            for resolve in ([resolve_with_maven] if mvn else []) + [resolve_with_ivy]:
                 try:
                     resolve(list(PACKAGES), work, staging)
                     break

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from connectors.local.apache_kafka import KafkaUnavailable, _resolve_with_ivy, cache_dir
+from connectors.local.apache_kafka import KafkaUnavailable, cache_dir, resolve_with_ivy
 
 SPARK_AVRO = "org.apache.spark:spark-avro_2.13:4.2.0"
 JAR_NAME = "spark-avro_2.13-4.2.0.jar"
@@ -51,7 +51,7 @@ def spark_avro_jar() -> Path:
             if not (work / JAR_NAME).is_file():
                 try:
                     (work / "ivy").mkdir(exist_ok=True)
-                    _resolve_with_ivy([SPARK_AVRO], work / "ivy", work)
+                    resolve_with_ivy([SPARK_AVRO], work / "ivy", work)
                 except (KafkaUnavailable, subprocess.TimeoutExpired, OSError) as e:
                     errors.append(f"ivy: {e}")
             if not (work / JAR_NAME).is_file():

@@ -538,7 +538,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         table = self._table()
         if job and not adds and table is not None:
             return  # an empty batch job: nothing to add (a missing table is still created)
-        hooks = _post_commit_hooks(table)
+        hooks = post_commit_hooks(table)
         if table is None:
             create_table_with_add_actions(
                 self.options.path,
@@ -611,7 +611,7 @@ def creation_configuration(properties: dict[str, str], schema: pa.Schema) -> dic
     delta-rs then lists `invariants` (and `appendOnly`) among the writer features, as
     delta-spark does; without it delta-rs lists `timestampNtz` alone, and delta-spark, which
     counts NOT NULL as a column invariant, refuses to read or write the table
-    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH; integration_tests/test_peers_delta.py)."""
+    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH; integration_tests/peers/test_peers_delta.py)."""
     configuration = dict(properties)
     if protocol_checks.needs_listed_invariants(schema):
         configuration.setdefault("delta.minWriterVersion", "7")
@@ -645,7 +645,7 @@ def _data_files(fs: pafs.FileSystem, root: str) -> Iterator[pafs.FileInfo]:
                     yield inner
 
 
-def _post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
+def post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
     """delta-rs lists the whole Delta log after every commit to clean up expired log files
     (none expire for delta.logRetentionDuration, 30 days: at a 1 s trigger, a listing of
     millions of files per commit). As delta-spark does, the clean-up runs with the log

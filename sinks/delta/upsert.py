@@ -40,7 +40,7 @@ from sinks.delta.delete_predicate import DeletePredicate, parse
 from sinks.delta.fold import DELETE_COLUMN, drop_tombstoned, latest_per_key, tombstones_of
 from sinks.delta.handles import StagedChanges, UpsertHandle, upsert_handle
 from sinks.delta.options import DeltaOptions, UpsertOptions
-from sinks.delta.sink import DeltaSink, _post_commit_hooks, creation_configuration
+from sinks.delta.sink import DeltaSink, creation_configuration, post_commit_hooks
 from sinks.delta.tombstones import Tombstones, location, quote
 from sinks.two_phase_commit import SinkSettings, TaskInfo, TransactionLost
 from sinks.txn_log import Handle
@@ -370,7 +370,7 @@ class DeltaUpsertSink(DeltaSink):
             metrics = (
                 table.merge(applied, on, source_alias="source", target_alias="target",
                             streamed_exec=False, commit_properties=props,
-                            post_commithook_properties=_post_commit_hooks(table))
+                            post_commithook_properties=post_commit_hooks(table))
                 .when_matched_delete(f"{delete} AND {newer}")
                 .when_matched_update(columns, f"NOT {delete} AND {newer}")
                 .when_not_matched_insert(columns, f"NOT {delete}")
