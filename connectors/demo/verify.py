@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -91,12 +91,14 @@ def _read(table: DeltaTable, columns: list[str]) -> pa.Table:
 
 
 def kafka_rows(bootstrap_servers: str, topic: str,
-               options: Mapping[str, str] | None = None) -> list[OutputRow]:
+               options: Mapping[str, str] | None = None,
+               decode: Callable[[bytes], dict] = json.loads) -> list[OutputRow]:
     """The topic's committed rows, read with the client settings `options` (librdkafka names:
-    TLS, SASL)."""
+    TLS, SASL), each value decoded by `decode` (JSON; `demo --format avro`: confluent-kafka's
+    AvroDeserializer)."""
     rows = []
     for record in committed(bootstrap_servers, topic, options=dict(options or {}) or None):
-        v = json.loads(record.value)
+        v = decode(record.value)
         rows.append((v["source_partition"], v["source_offset"], v["event_id"], v["amount_cents"]))
     return rows
 
