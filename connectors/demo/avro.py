@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from connectors.core.redaction import redact_text
+from connectors.demo.events import ACTIONS
 
 #: The demo's formats: `json` (the value as JSON text, read as Spark's binary row) or `avro`.
 FORMATS = ("json", "avro")
@@ -35,7 +36,7 @@ EVENT_SCHEMA = json.dumps({
         {"name": "event_id", "type": "long"},
         {"name": "user_id", "type": "long"},
         {"name": "action", "type": {"type": "enum", "name": "Action",
-                                    "symbols": ["view", "click", "add_to_cart", "purchase"]}},
+                                    "symbols": list(ACTIONS)}},
         {"name": "amount", "type": "double"},
         {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     ],
