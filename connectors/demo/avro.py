@@ -79,7 +79,12 @@ def register_input_schema(url: str, topic: str) -> int:
     record. The producer's serializer then finds it registered (same id)."""
     from confluent_kafka.schema_registry import Schema
 
-    return client(url).register_schema(value_subject(topic), Schema(EVENT_SCHEMA, "AVRO"))
+    try:
+        return client(url).register_schema(value_subject(topic), Schema(EVENT_SCHEMA, "AVRO"))
+    except Exception as exc:
+        raise RegistryUnreachable(
+            f"cannot register {value_subject(topic)} at {safe_url(url)}: "
+            f"{redact_text(f'{type(exc).__name__}: {exc}')}") from None
 
 
 def check_reachable(url: str) -> None:

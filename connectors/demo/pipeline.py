@@ -100,7 +100,8 @@ def start_queries(
     security = {f"kafka.{k}": v for k, v in args.kafka_config.items()}
     # --format avro: values in the Confluent wire format, schemas in the registry
     avro = args.value_format == "avro"
-    registry = {"valueFormat": "avro", "schema.registry.url": args.schema_registry_url} if avro else {}
+    registry = ({"valueFormat": "avro", "schema.registry.url": args.schema_registry_url}
+                if avro else {})
 
     def source() -> DataFrame:
         return (

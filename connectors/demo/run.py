@@ -345,7 +345,10 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
         if registry_url:
             from connectors.demo import avro
 
-            schema_id = avro.register_input_schema(registry_url, input_topic)
+            try:
+                schema_id = avro.register_input_schema(registry_url, input_topic)
+            except avro.RegistryUnreachable as exc:
+                raise DemoError(str(exc)) from None
             print(f"Schema Registry: the events' Avro schema is {avro.value_subject(input_topic)} "
                   f"(id {schema_id}); the pipeline registers {avro.value_subject(output_topic)}",
                   file=out)
