@@ -124,3 +124,13 @@ def test_the_events_schema_holds_every_demo_event():
     assert [(b["event_id"], b["user_id"], b["amount"]) for b in back] == [
         (e.event_id, e.user_id, e.amount) for e in events]
     assert [b["event_time"].isoformat() for b in back] == [e.event_time for e in events]
+
+
+def test_an_output_value_that_does_not_decode_counts_as_unexpected():
+    from connectors.demo.verify import UNDECODABLE, check
+
+    events = sample_events(2, users=2, seed=1)
+    delivered = {(0, 0): 0, (0, 1): 1}
+    good = (0, 0, 0, round(events[0].amount * 100))
+    result = check("kafka-eos", [good, UNDECODABLE], delivered, {e.event_id: e for e in events}, 1)
+    assert (result.rows, result.unexpected, result.missing, result.ok) == (2, 1, 1, False)

@@ -131,5 +131,10 @@ def output_deserializer(url: str, topic: str) -> Callable[[bytes], dict]:
 def latest_schema_ids(url: str, topics: list[str]) -> dict[str, int]:
     """Each topic's value subject -> the id of its latest version (for the run's record)."""
     registry = client(url)
-    return {value_subject(t): registry.get_latest_version(value_subject(t)).schema_id
-            for t in topics}
+    try:
+        return {value_subject(t): registry.get_latest_version(value_subject(t)).schema_id
+                for t in topics}
+    except Exception as exc:
+        raise RegistryUnreachable(
+            f"cannot read the subjects' latest versions at {safe_url(url)}: "
+            f"{redact_text(f'{type(exc).__name__}: {exc}')}") from None

@@ -360,8 +360,11 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
             f"pipeline -> delta-eos {paths['table']} and kafka-eos topic {output_topic}",
             rng, started, out, registry_url=registry_url)
         if registry_url:
-            avro_facts = {"schema_ids": avro.latest_schema_ids(registry_url,
-                                                               [input_topic, output_topic])}
+            try:
+                avro_facts = {"schema_ids": avro.latest_schema_ids(
+                    registry_url, [input_topic, output_topic])}
+            except avro.RegistryUnreachable as exc:
+                raise DemoError(str(exc)) from None
 
         print("Verifying: reading both outputs back independently of the sinks...", file=out)
         by_id = {e.event_id: e for e in events}
