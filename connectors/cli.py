@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run the exactly-once pipeline end to end and verify its output",
         description=(
-            "Produce a stream of keyed JSON events to Kafka, run a Spark pipeline that reads them "
+            "Produce a stream of keyed JSON events (Avro with --format avro) to Kafka, run a "
+            "Spark pipeline that reads them "
             "with kafka-eos, enriches them and writes them exactly once to a delta-eos table and "
             "a kafka-eos topic, optionally SIGKILLing it at random moments, then read both "
             "outputs back and check every event is there exactly once. With --upsert, produce a "
@@ -145,6 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="without --bootstrap-servers, the local broker to start: auto is "
                            "Apache Kafka from its Maven jars where Java and the jars (cached, "
                            "or Maven Central) are there, else the embedded broker")
+    demo.add_argument("--format", choices=DEMO_FORMATS, default="json",
+                      help="the events' and the Kafka output's values: json, or avro (the "
+                           "Confluent wire format with its schemas in a Schema Registry, "
+                           "written and read back with confluent-kafka's AvroSerializer and "
+                           "AvroDeserializer; the pipeline reads with valueFormat=avro and "
+                           "writes Avro)")
+    demo.add_argument("--schema-registry-url", type=_registry_url, default=None, metavar="URL",
+                      help="with --format avro: your Schema Registry's Confluent API base URL "
+                           "(a user:password@ in it is used for basic auth and never shown); "
+                           "without it the demo starts a local one (Apicurio Registry, as "
+                           "`kafka-eos registry` does)")
     _add_broker_command(commands)
     _add_registry_command(commands)
     _add_operator_commands(commands)
@@ -153,6 +165,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Same as connectors.local.local_broker.LOCAL_BROKER_KINDS (not imported: --help stays fast).
 LOCAL_BROKER_KINDS = ("auto", "apache-kafka", "embedded")
+#: Same as connectors.demo.avro.FORMATS.
+DEMO_FORMATS = ("json", "avro")
+
+
+def _registry_url(text: str) -> str:
+    """An http(s) URL with a host, or several comma-separated (as `schema.registry.url`).
+    The error never repeats a password the text may hold."""
+    from urllib.parse import urlsplit
+
+    from connectors.core.redaction import redact_text
+
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    for url in urls:
+        try:
+            split = urlsplit(url)
+            ok = split.scheme in ("http", "https") and bool(split.hostname) and (
+                split.port is None or split.port > 0)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentTypeError(
+                f"expected http(s)://host[:port][/path], got {redact_text(url)!r}")
+    if not urls:
+        raise argparse.ArgumentTypeError("expected http(s)://host[:port][/path], got ''")
+    return ",".join(urls)
 
 
 def _port(text: str) -> int:
@@ -334,6 +371,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"argument --records: must be at least --partitions ({args.partitions})")
     if args.keys is not None and not args.upsert:
         parser.error("argument --keys: only with --upsert")
+    if args.schema_registry_url is not None and args.format != "avro":
+        parser.error("argument --schema-registry-url: only with --format avro")
+    if args.format == "avro" and args.upsert:
+        parser.error("argument --format: avro is for the events demo; --upsert's change "
+                     "stream is Debezium JSON")
+    if args.format == "avro" and _extra_missing("registry", args):
+        return EXIT_CANNOT_RUN
     kafka_config: dict[str, str] = {}
     if args.kafka_config is not None:
         kafka_config = _kafka_config(args.command_parser, args)
@@ -358,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         local_broker=args.broker,
         upsert=args.upsert,
         keys=args.keys,
+        format=args.format,
+        schema_registry_url=args.schema_registry_url,
     )
     try:
         return run_demo(config)
@@ -374,10 +420,15 @@ def _embedded_broker_missing(args: argparse.Namespace) -> bool:
     command starts anything."""
     if getattr(args, "broker", None) != "embedded" or getattr(args, "bootstrap_servers", None):
         return False
+    return _extra_missing("local", args)
+
+
+def _extra_missing(extra: str, args: argparse.Namespace) -> bool:
+    """Whether the command needs an extra that is not installed (then said in one line)."""
     from connectors.core import extras
 
     try:
-        extras.require("local")
+        extras.require(extra)
     except extras.MissingExtra as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return True

