@@ -377,10 +377,10 @@ def test_records_of_an_older_writer_schema_resolve_as_fastavro_resolves_them(see
 
 def _collect(gen: Gen, schema) -> None:
     """The named types of `schema`, for Gen.value to follow references by name."""
-    from connectors.core.schema_registry.avro_types import _collect_names
+    from connectors.core.schema_registry.avro_types import collect_names
 
     names: dict = {}
-    _collect_names(schema, None, names)
+    collect_names(schema, None, names)
     gen.named = [(n.rsplit(".", 1)[-1], s) for n, s in names.items()] + list(names.items())
 
 

@@ -1,6 +1,6 @@
 """`demo --format avro`: its arguments, the registry URL kept out of what is shown and out of
 the pipeline's argv, and the events' Avro schema against the demo's events (no broker, no
-registry: the run itself is integration_tests/test_demo.py's)."""
+registry: the run itself is integration_tests/demo/test_demo.py's)."""
 
 from __future__ import annotations
 

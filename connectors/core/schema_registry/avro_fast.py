@@ -31,11 +31,11 @@ import pyarrow.compute as pc
 from connectors.core.schema_registry.avro_types import (
     MAX_DECIMAL_PRECISION,
     UTC,
-    _collect_names,
-    _full_name,
-    _resolve,
-    _type_name,
-    _union_branches,
+    collect_names,
+    full_name,
+    resolve_named,
+    type_name,
+    union_branches,
 )
 
 #: The header's sync marker; any 16 bytes do, as the one block is followed by it alone.
@@ -76,22 +76,22 @@ def plan_fast_path(schema: Any) -> Node:
     """The fast path's tree for a reader schema (parsed JSON); FastPathRefused if it has a
     type polars cannot decode here (non-null unions, a bare null)."""
     names: dict[str, Any] = {}
-    _collect_names(schema, None, names)
+    collect_names(schema, None, names)
     return _node(schema, None, names, (), _Names())
 
 
 def _node(schema: Any, ns: str | None, names: dict[str, Any], seen: tuple[str, ...],
           uniq: _Names) -> Node:
-    schema, ns = _resolve(schema, ns, names)
+    schema, ns = resolve_named(schema, ns, names)
     if isinstance(schema, list):
-        non_null, has_null = _union_branches(schema, ns, names)
+        non_null, has_null = union_branches(schema, ns, names)
         if len(schema) != 2 or not has_null or len(non_null) != 1:
             raise FastPathRefused("a union other than [null, T]")
         child = _node(non_null[0][0], non_null[0][1], names, seen, uniq)
         if child.kind == "nullable":
             raise FastPathRefused("a nested union")
-        first, _ = _resolve(schema[0], ns, names)
-        null_index = 0 if _type_name(first) == "null" else 1
+        first, _ = resolve_named(schema[0], ns, names)
+        null_index = 0 if type_name(first) == "null" else 1
         header = ["null", child.header] if null_index == 0 else [child.header, "null"]
         return Node("nullable", child.build, (("", child),), null_index=null_index,
                     has_union=True, header=header)
@@ -104,7 +104,7 @@ def _node(schema: Any, ns: str | None, names: dict[str, Any], seen: tuple[str, .
         if found is not None:
             return found
     if t in ("record", "error"):
-        full = _full_name(schema["name"], schema.get("namespace", ns))
+        full = full_name(schema["name"], schema.get("namespace", ns))
         if full in seen:
             raise FastPathRefused("a recursive record")
         child_ns = full.rsplit(".", 1)[0] if "." in full else None
@@ -117,11 +117,11 @@ def _node(schema: Any, ns: str | None, names: dict[str, Any], seen: tuple[str, .
                     name=full, header=header)
     if t == "enum":
         return Node("enum", pa.string(), symbols=tuple(schema["symbols"]), header="long",
-                    name=_full_name(schema["name"], schema.get("namespace", ns)))
+                    name=full_name(schema["name"], schema.get("namespace", ns)))
     if t == "fixed":
         size = int(schema["size"])
         return Node("fixed", pa.binary(), size=size,
-                    name=_full_name(schema["name"], schema.get("namespace", ns)),
+                    name=full_name(schema["name"], schema.get("namespace", ns)),
                     header={"type": "fixed", "name": uniq.new("f"), "size": size})
     if t == "array":
         item = _node(schema["items"], ns, names, seen, uniq)
@@ -497,8 +497,8 @@ class ResolvingReader:
                 writer_root.name != reader_root.name:
             raise FastPathRefused("not two records of one name")
         names: dict[str, Any] = {}
-        _collect_names(reader, None, names)
-        fields = _resolve(reader, None, names)[0]["fields"]
+        collect_names(reader, None, names)
+        fields = resolve_named(reader, None, names)[0]["fields"]
         by_name = {n: i for i, (n, _) in enumerate(writer_root.children)}
         self.steps: list[tuple[int, pa.Array | None]] = []
         for (name, node), spec in zip(reader_root.children, fields):

@@ -62,7 +62,7 @@ class AvroArrowPlan:
 def avro_plan(schema: Any) -> AvroArrowPlan:
     """The plan for a reader schema (the parsed JSON of an Avro schema)."""
     names: dict[str, Any] = {}
-    _collect_names(schema, None, names)
+    collect_names(schema, None, names)
     spark = _convert(schema, None, names, (), build=False)
     build = _convert(schema, None, names, (), build=True)
     fixup = _fixup(schema, None, names, ()) if _has_member_union(schema, None, names, ()) else None
@@ -80,39 +80,39 @@ _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "st
 _COMPLEX = {"record", "error", "enum", "fixed", "array", "map"}
 
 
-def _full_name(name: str, namespace: str | None) -> str:
+def full_name(name: str, namespace: str | None) -> str:
     if "." in name or not namespace:
         return name
     return f"{namespace}.{name}"
 
 
-def _collect_names(schema: Any, namespace: str | None, names: dict[str, Any]) -> None:
+def collect_names(schema: Any, namespace: str | None, names: dict[str, Any]) -> None:
     """Every named type (record, enum, fixed) by its full name, for references by name."""
     if isinstance(schema, list):
         for s in schema:
-            _collect_names(s, namespace, names)
+            collect_names(s, namespace, names)
         return
     if not isinstance(schema, dict):
         return
     t = schema.get("type")
     if t in ("record", "error", "enum", "fixed"):
-        full = _full_name(schema["name"], schema.get("namespace", namespace))
+        full = full_name(schema["name"], schema.get("namespace", namespace))
         names[full] = schema
         ns = full.rsplit(".", 1)[0] if "." in full else None
         for f in schema.get("fields", ()) if t in ("record", "error") else ():
-            _collect_names(f["type"], ns, names)
+            collect_names(f["type"], ns, names)
     elif t == "array":
-        _collect_names(schema["items"], namespace, names)
+        collect_names(schema["items"], namespace, names)
     elif t == "map":
-        _collect_names(schema["values"], namespace, names)
+        collect_names(schema["values"], namespace, names)
     elif isinstance(t, (dict, list)):
-        _collect_names(t, namespace, names)
+        collect_names(t, namespace, names)
 
 
-def _resolve(schema: Any, namespace: str | None, names: dict[str, Any]) -> tuple[Any, str | None]:
+def resolve_named(schema: Any, namespace: str | None, names: dict[str, Any]) -> tuple[Any, str | None]:
     """A type by name (`"com.acme.Point"`) becomes its definition; the namespace it sits in."""
     if isinstance(schema, str) and schema not in _PRIMITIVES:
-        full = _full_name(schema, namespace)
+        full = full_name(schema, namespace)
         found = names.get(full) or names.get(schema)
         if found is None:
             raise UnsupportedAvroSchema(f"unknown Avro type name {schema!r}")
@@ -122,30 +122,30 @@ def _resolve(schema: Any, namespace: str | None, names: dict[str, Any]) -> tuple
         t = schema.get("type")
         if isinstance(t, (dict, list)) or (isinstance(t, str) and t not in _PRIMITIVES
                                            and t not in _COMPLEX):
-            return _resolve(t, namespace, names)
+            return resolve_named(t, namespace, names)
     return schema, namespace
 
 
-def _type_name(schema: Any) -> str:
+def type_name(schema: Any) -> str:
     if isinstance(schema, str):
         return schema
     if isinstance(schema, list):
         return "union"
     t = schema.get("type")
-    return t if isinstance(t, str) else _type_name(t)
+    return t if isinstance(t, str) else type_name(t)
 
 
 # -- conversion ----------------------------------------------------------------------------------
 
 
-def _union_branches(branches: list, namespace: str | None,
+def union_branches(branches: list, namespace: str | None,
                     names: dict[str, Any]) -> tuple[list[tuple[Any, str | None]], bool]:
     """The non-null branches (resolved) and whether null is one of them."""
     non_null = []
     has_null = False
     for b in branches:
-        rb, ns = _resolve(b, namespace, names)
-        if _type_name(rb) == "null":
+        rb, ns = resolve_named(b, namespace, names)
+        if type_name(rb) == "null":
             has_null = True
         else:
             non_null.append((rb, ns))
@@ -154,7 +154,7 @@ def _union_branches(branches: list, namespace: str | None,
 
 def _union_kind(non_null: list[tuple[Any, str | None]]) -> str:
     """'single', 'long' (int+long), 'double' (float+double), 'members', or 'null'."""
-    kinds = {_type_name(b) for b, _ in non_null}
+    kinds = {type_name(b) for b, _ in non_null}
     if not non_null:
         return "null"
     if len(non_null) == 1:
@@ -168,9 +168,9 @@ def _union_kind(non_null: list[tuple[Any, str | None]]) -> str:
 
 def _convert(schema: Any, namespace: str | None, names: dict[str, Any],
              seen: tuple[str, ...], *, build: bool) -> pa.DataType:
-    schema, namespace = _resolve(schema, namespace, names)
+    schema, namespace = resolve_named(schema, namespace, names)
     if isinstance(schema, list):
-        non_null, _ = _union_branches(schema, namespace, names)
+        non_null, _ = union_branches(schema, namespace, names)
         kind = _union_kind(non_null)
         if kind == "null":
             return pa.null()
@@ -191,7 +191,7 @@ def _convert(schema: Any, namespace: str | None, names: dict[str, Any],
         if converted is not None:
             return converted
     if t in ("record", "error"):
-        full = _full_name(schema["name"], schema.get("namespace", namespace))
+        full = full_name(schema["name"], schema.get("namespace", namespace))
         if full in seen:
             raise UnsupportedAvroSchema(
                 f"the Avro record {full} refers to itself; recursive records have no Spark "
@@ -285,9 +285,9 @@ def strip_logical_types(schema: Any) -> Any:
 
 def _has_member_union(schema: Any, namespace: str | None, names: dict[str, Any],
                       seen: tuple[str, ...]) -> bool:
-    schema, namespace = _resolve(schema, namespace, names)
+    schema, namespace = resolve_named(schema, namespace, names)
     if isinstance(schema, list):
-        non_null, _ = _union_branches(schema, namespace, names)
+        non_null, _ = union_branches(schema, namespace, names)
         if _union_kind(non_null) == "members":
             return True
         return any(_has_member_union(b, ns, names, seen) for b, ns in non_null)
@@ -295,7 +295,7 @@ def _has_member_union(schema: Any, namespace: str | None, names: dict[str, Any],
         return False
     t = schema.get("type")
     if t in ("record", "error"):
-        full = _full_name(schema["name"], schema.get("namespace", namespace))
+        full = full_name(schema["name"], schema.get("namespace", namespace))
         if full in seen:
             return False
         ns = full.rsplit(".", 1)[0] if "." in full else None
@@ -320,18 +320,18 @@ def _fixup(schema: Any, namespace: str | None, names: dict[str, Any],
     from: a member union's value becomes {memberN: value} for the branch it was written as.
     fastavro is asked for records' names in unions with several records (a `(name, value)`
     pair), and the other branches are told apart by their Python type."""
-    schema, namespace = _resolve(schema, namespace, names)
+    schema, namespace = resolve_named(schema, namespace, names)
     if not _has_member_union(schema, namespace, names, seen):
         return _identity
     if isinstance(schema, list):
-        non_null, _ = _union_branches(schema, namespace, names)
+        non_null, _ = union_branches(schema, namespace, names)
         if _union_kind(non_null) != "members":
             b, ns = non_null[0]
             return _fixup(b, ns, names, seen)
         return _member_union(non_null, names, seen)
     t = schema.get("type")
     if t in ("record", "error"):
-        full = _full_name(schema["name"], schema.get("namespace", namespace))
+        full = full_name(schema["name"], schema.get("namespace", namespace))
         ns = full.rsplit(".", 1)[0] if "." in full else None
         fields = [(f["name"], _fixup(f["type"], ns, names, (*seen, full)))
                   for f in schema.get("fields", ())]
@@ -359,10 +359,10 @@ def _member_union(branches: list[tuple[Any, str | None]], names: dict[str, Any],
     by_kind: dict[str, int] = {}
     fixes = []
     for i, (b, ns) in enumerate(branches):
-        kind = _type_name(b)
+        kind = type_name(b)
         fixes.append(_fixup(b, ns, names, seen))
         if kind in ("record", "error"):
-            records[_full_name(b["name"], b.get("namespace", ns))] = i
+            records[full_name(b["name"], b.get("namespace", ns))] = i
         by_kind.setdefault(_python_kind(b), i)
     single_record = next(iter(records.values())) if len(records) == 1 else None
 
@@ -382,7 +382,7 @@ def _member_union(branches: list[tuple[Any, str | None]], names: dict[str, Any],
 
 def _python_kind(schema: Any) -> str:
     """How a branch's value looks once fastavro has decoded it (logical types stripped)."""
-    t = _type_name(schema)
+    t = type_name(schema)
     if isinstance(schema, dict) and schema.get("logicalType") == "decimal":
         return "decimal"
     return {"boolean": "bool", "int": "int", "long": "int", "float": "float", "double": "float",
@@ -421,15 +421,15 @@ def unresolvable_field(writer: Any, reader: Any) -> str | None:
     Used to name the field in a message: fastavro's own error does not."""
     w_names: dict[str, Any] = {}
     r_names: dict[str, Any] = {}
-    _collect_names(writer, None, w_names)
-    _collect_names(reader, None, r_names)
+    collect_names(writer, None, w_names)
+    collect_names(reader, None, r_names)
     return _first_problem(writer, None, w_names, reader, None, r_names, "", ())
 
 
 def _first_problem(w: Any, w_ns: str | None, w_names: dict, r: Any, r_ns: str | None,
                    r_names: dict, path: str, seen: tuple[str, ...]) -> str | None:
-    w, w_ns = _resolve(w, w_ns, w_names)
-    r, r_ns = _resolve(r, r_ns, r_names)
+    w, w_ns = resolve_named(w, w_ns, w_names)
+    r, r_ns = resolve_named(r, r_ns, r_names)
     if isinstance(r, list):
         if isinstance(w, list):
             bad = [_first_problem(b, w_ns, w_names, r, r_ns, r_names, path, seen) for b in w]
@@ -440,15 +440,15 @@ def _first_problem(w: Any, w_ns: str | None, w_names: dict, r: Any, r_ns: str | 
     if isinstance(w, list):
         bad = [_first_problem(b, w_ns, w_names, r, r_ns, r_names, path, seen) for b in w]
         return next((b for b in bad if b is not None), None)
-    wt, rt = _type_name(w), _type_name(r)
+    wt, rt = type_name(w), type_name(r)
     if wt != rt and rt not in _PROMOTIONS.get(wt, ()):
         return path or None
     if wt in ("record", "error"):
-        full = _full_name(r["name"], r.get("namespace", r_ns))
+        full = full_name(r["name"], r.get("namespace", r_ns))
         if full in seen:
             return None
         w_fields = {f["name"]: f for f in w.get("fields", ())}
-        wns = _full_name(w["name"], w.get("namespace", w_ns)).rpartition(".")[0] or None
+        wns = full_name(w["name"], w.get("namespace", w_ns)).rpartition(".")[0] or None
         rns = full.rpartition(".")[0] or None
         for f in r.get("fields", ()):
             sub = f"{path}.{f['name']}" if path else f["name"]
