@@ -7,8 +7,8 @@ KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
     python -m benchmarks --output-dir DIR      # where results.json and chart.png go
     python -m benchmarks --peers               # kafka-eos / delta-eos vs format("kafka") and
                                                # format("delta"), PySpark 4.2.0: source, latency,
-                                               # both sinks (benchmarks/peers.py; a section alone:
-                                               # --peers-only latency)
+                                               # both sinks (benchmarks/peers/; a section
+                                               # alone: --peers-only latency)
     python -m benchmarks --delta-long-run [--batches 1000]
                                                # delta-eos over 1,000 batches (about 12 minutes
                                                # on 2 cores; no broker, no Spark): merged into
@@ -17,6 +17,12 @@ KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
                                                # 100,000 keys into 10,000,000 rows, against an
                                                # append (a few minutes; no broker, no Spark):
                                                # merged into DIR/results.json likewise
+    python -m benchmarks --only partitions     # per-batch cost at 8, 200 and 1,000 partitions:
+                                               # kafka-eos into noop, delta-eos and kafka-eos
+                                               # beside format("kafka") -> noop, in the peers'
+                                               # PySpark 4.2.0 session (benchmarks/partitions.py;
+                                               # merged into DIR/results.json, chart in
+                                               # DIR/partitions.png)
     python -m benchmarks --only registry       # Schema Registry Avro read against binary,
                                                # AvroDeserializer and from_avro; Protobuf and
                                                # JSON Schema decoders (benchmarks/registry.py;
@@ -50,7 +56,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -69,11 +74,8 @@ TARGETS = {
 }
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def _throughput_options(ap: argparse.ArgumentParser) -> None:
+    """The options of the throughput sections (source, kafka, delta, memory), and --only."""
     ap.add_argument("--records", type=int, default=400_000,
                     help="records per value size for the throughput figures (default 400000)")
     ap.add_argument("--value-sizes", default="100,1024",
@@ -95,9 +97,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="measured runs of each side, alternating; the best of each is kept")
     ap.add_argument("--only", default="source,kafka,delta,memory,latency",
                     help="comma-separated subset of source,kafka,delta,memory,latency,"
-                         "delta-long-run,upsert-scale; latency, delta-long-run and "
-                         "upsert-scale alone are merged into an existing results.json, the "
-                         "rest kept")
+                         "delta-long-run,upsert-scale,partitions; latency, delta-long-run, "
+                         "upsert-scale and partitions alone are merged into an existing "
+                         "results.json, the rest kept")
+
+
+def _latency_options(ap: argparse.ArgumentParser) -> None:
+    """The options of the latency section."""
     ap.add_argument("--latency-batches", type=int, default=30,
                     help="measured micro-batches per pipeline of the latency section (default 30)")
     ap.add_argument("--latency-warmup", type=int, default=3,
@@ -108,6 +114,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma-separated subset of the latency section's pipelines (default all)")
     ap.add_argument("--latency-source-option", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra kafka-eos source option for the latency section (repeatable)")
+
+
+def _long_run_options(ap: argparse.ArgumentParser) -> None:
+    """The options of the delta-eos long run and the upsert-scale batch."""
     ap.add_argument("--delta-long-run", action="store_true",
                     help="only the delta-eos long run (same as --only delta-long-run); its "
                          "figures are merged into an existing results.json, the rest kept")
@@ -122,8 +132,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="changes in the upsert-scale batch (default 1000000)")
     ap.add_argument("--upsert-keys", type=int, default=100_000,
                     help="keys those changes are on (default 100000)")
+
+
+def _partitions_options(ap: argparse.ArgumentParser) -> None:
+    """The options of --only partitions."""
+    ap.add_argument("--partition-counts", default="8,200,1000",
+                    help="topic widths of --only partitions (default 8,200,1000)")
+    ap.add_argument("--records-per-partition", type=int, default=20,
+                    help="records in each partition of those topics (default 20)")
+    ap.add_argument("--partition-batches", type=int, default=5,
+                    help="micro-batches each --only partitions query reads its topic in "
+                         "(maxOffsetsPerTrigger = the topic's records / this; default 5)")
+
+
+def _peers_options(ap: argparse.ArgumentParser) -> None:
+    """The options of the peers lane (--peers)."""
     ap.add_argument("--peers", action="store_true",
-                    help="only the peers lane (benchmarks/peers.py): kafka-eos and delta-eos "
+                    help="only the peers lane (benchmarks/peers/lane.py): kafka-eos and delta-eos "
                          "against Spark's format(\"kafka\") and delta-spark's format(\"delta\") "
                          "(source, latency, both sinks), in a PySpark 4.2.0 session of the "
                          "peers' environment (made once in the broker jars' cache); figures to "
@@ -139,12 +164,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "(default 1000; at least 20)")
     ap.add_argument("--peers-delta-rows", type=int, default=100,
                     help="rows per batch of that long run (default 100)")
-    ap.add_argument("--quick", action="store_true",
-                    help="tiny inputs (seconds, not minutes): checks the benchmark runs, "
-                         "the figures mean nothing")
-    ap.add_argument("--output-dir", default="benchmark-results",
-                    help="directory for results.json and chart.png (default ./benchmark-results)")
-    args = ap.parse_args(argv)
+
+
+def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Values the parser's types cannot refuse, refused with the option's name."""
     if args.batches < 20:
         ap.error("--batches: the long run needs at least 20 (its first and last 10)")
     if args.peers_delta_batches < 20:
@@ -152,32 +175,63 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  "last 10)")
     if args.peers_delta_rows < 1:
         ap.error("--peers-delta-rows: at least 1")
-    from benchmarks.peers_report import parse_sections
+    if args.records_per_partition < 1 or args.partition_batches < 1:
+        ap.error("--records-per-partition, --partition-batches: at least 1")
+    from benchmarks.partitions_report import parse_counts
+    from benchmarks.peers.report import parse_sections
 
     try:
         parse_sections(args.peers_only)
+        parse_counts(args.partition_counts)
     except ValueError as e:
         ap.error(str(e))
+
+
+def _shrink_for_quick(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--quick: tiny inputs, one repeat (seconds, not minutes)."""
+    args.repeats = 1
+    args.records = 4_000
+    args.rows_per_file = 1_000
+    args.batch_rows = 2_000
+    args.trigger_rows = 2_000
+    args.memory_records = 8_000
+    args.arrow_batch_rows = 1_000
+    args.batches = min(args.batches, 20)
+    args.peers_delta_batches = min(args.peers_delta_batches, 20)
+    args.peers_delta_rows = min(args.peers_delta_rows, 10)
+    args.long_run_rows = min(args.long_run_rows, 100)
+    args.latency_batches = min(args.latency_batches, 3)
+    args.latency_warmup = min(args.latency_warmup, 1)
+    args.upsert_table_rows = min(args.upsert_table_rows, 20_000)
+    args.upsert_changes = min(args.upsert_changes, 5_000)
+    args.upsert_keys = min(args.upsert_keys, 500)
+    if args.partition_counts == ap.get_default("partition_counts"):
+        args.partition_counts = "2,8"
+    args.records_per_partition = min(args.records_per_partition, 5)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _throughput_options(ap)
+    _latency_options(ap)
+    _long_run_options(ap)
+    _partitions_options(ap)
+    _peers_options(ap)
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny inputs (seconds, not minutes): checks the benchmark runs, "
+                         "the figures mean nothing")
+    ap.add_argument("--output-dir", default="benchmark-results",
+                    help="directory for results.json and chart.png (default ./benchmark-results)")
+    args = ap.parse_args(argv)
+    _check(ap, args)
     if args.delta_long_run:
         args.only = "delta-long-run"
     args.warmup = not args.quick
     if args.quick:
-        args.repeats = 1
-        args.records = 4_000
-        args.rows_per_file = 1_000
-        args.batch_rows = 2_000
-        args.trigger_rows = 2_000
-        args.memory_records = 8_000
-        args.arrow_batch_rows = 1_000
-        args.batches = min(args.batches, 20)
-        args.peers_delta_batches = min(args.peers_delta_batches, 20)
-        args.peers_delta_rows = min(args.peers_delta_rows, 10)
-        args.long_run_rows = min(args.long_run_rows, 100)
-        args.latency_batches = min(args.latency_batches, 3)
-        args.latency_warmup = min(args.latency_warmup, 1)
-        args.upsert_table_rows = min(args.upsert_table_rows, 20_000)
-        args.upsert_changes = min(args.upsert_changes, 5_000)
-        args.upsert_keys = min(args.upsert_keys, 500)
+        _shrink_for_quick(ap, args)
     return args
 
 
@@ -200,42 +254,20 @@ def evaluate(by_size: dict) -> dict:
     return out
 
 
-_LONG_NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+){20,})\s*\]")
-
-
-def write_json(results: dict, path: str) -> None:
-    """Indented, but a list of more than 20 numbers (per-batch series) on one line."""
-    text = json.dumps(results, indent=2)
-    text = _LONG_NUMBER_LIST.sub(
-        lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
-    with open(path, "w") as f:
-        f.write(text)
-
-
-def _existing_results(output_dir: str) -> tuple[str, dict]:
-    """The results.json a section-only run merges into (its other sections are kept)."""
-    os.makedirs(output_dir, exist_ok=True)
-    json_path = os.path.join(output_dir, "results.json")
-    if not os.path.exists(json_path):
-        return json_path, {}
-    with open(json_path) as f:
-        return json_path, json.load(f)
-
-
 def long_run_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     """The delta-eos long run alone (no broker, no Spark): its section replaces the one in an
     existing results.json, whose other sections are kept."""
     from benchmarks import delta_long_run
-    from benchmarks.common import load_average, machine
+    from benchmarks.common import code_version, existing_results, load_average, machine, write_json
     from benchmarks.report import long_run_table
 
-    json_path, results = _existing_results(args.output_dir)
+    json_path, results = existing_results(args.output_dir)
     started = time.time()
     work = tempfile.mkdtemp(prefix="delta-long-run-")
     section = {
         "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine(),
-        "code": _code_version(),
+        "code": code_version(),
         "load_average": {"start": load_average()},
     }
     try:
@@ -255,9 +287,9 @@ def upsert_scale_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     """delta-eos upsert mode at scale alone (no broker, no Spark): its section replaces the
     one in an existing results.json, whose other sections are kept."""
     from benchmarks import upsert_scale
-    from benchmarks.common import load_average, machine
+    from benchmarks.common import code_version, existing_results, load_average, machine, write_json
 
-    json_path, results = _existing_results(args.output_dir)
+    json_path, results = existing_results(args.output_dir)
     started = time.time()
 
     def log(msg: str) -> None:
@@ -267,7 +299,7 @@ def upsert_scale_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     section = {
         "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine(),
-        "code": _code_version(),
+        "code": code_version(),
         "load_average": {"start": load_average()},
     }
     try:
@@ -282,23 +314,6 @@ def upsert_scale_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     print(upsert_scale.table(section))
     print(f"wrote {json_path} in {round(time.time() - started)} s", file=sys.stderr)
     return 0
-
-
-def _code_version() -> dict:
-    """The commit measured, and whether sinks/ differed from it (a shared checkout)."""
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-    def git(*cmd: str) -> str:
-        try:
-            return subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True,
-                                  timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    return {"commit": git("rev-parse", "HEAD"),
-            "sinks_modified": bool(git("status", "--porcelain", "--", "sinks"))}
 
 
 def _long_run(args: argparse.Namespace, work: str, module, started: float) -> dict:
@@ -348,13 +363,14 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
     """The latency section alone (and the long run if asked): merged into an existing
     results.json, whose other sections are kept."""
     from benchmarks.chart import draw_latency
-    from benchmarks.common import machine, metrics_file
+    from benchmarks.common import code_version, existing_results, machine, metrics_file, write_json
     from benchmarks.report import latency_table
 
     metrics_file()
-    from connectors.testing import kafka_broker, local_spark
+    from integration_tests.support.brokers import kafka_broker
+    from connectors.local.spark import local_spark
 
-    json_path, results = _existing_results(args.output_dir)
+    json_path, results = existing_results(args.output_dir)
     started = time.time()
 
     def log(msg: str) -> None:
@@ -369,7 +385,7 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
                     "command": "python -m benchmarks " + " ".join(
                         sys.argv[1:] if argv is None else argv),
                     "machine": machine(),
-                    "code": _code_version(),
+                    "code": code_version(),
                     "broker": broker.kind,
                 }
                 section.update(_latency(args, spark, broker.bootstrap_servers, work, log))
@@ -391,13 +407,82 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def _by_value_size(args: argparse.Namespace, spark, bs: str, work: str, sizes: list[int],
+                   only: set[str], results: dict, log) -> None:
+    """The source's and the sinks' throughput at each value size, into results."""
+    from benchmarks import delta_sink, kafka_sink, source
+    from benchmarks.common import load_average, write_parquet_input
+
+    files_per_batch = max(1, args.batch_rows // args.rows_per_file)
+    files_per_trigger = max(1, args.trigger_rows // args.rows_per_file)
+    for size in sizes:
+        res: dict = {}
+        label = f"{size} B" if size < 1024 else f"{size // 1024} KB"
+        if "source" in only:
+            log(f"source, {label} values")
+            res["source"] = source.measure(
+                spark, bs, records=args.records, partitions=args.partitions,
+                value_bytes=size, repeats=args.repeats, warmup=args.warmup)
+            log(f"  {res['source']}")
+        if only & {"kafka", "delta"}:
+            inp = write_parquet_input(work, args.records, size, args.rows_per_file)
+        if "kafka" in only:
+            log(f"kafka-eos sink, {label} values")
+            res["kafka_sink"] = kafka_sink.measure(
+                spark, bs, inp, partitions=args.partitions,
+                files_per_batch=files_per_batch,
+                files_per_trigger_1s=files_per_trigger, value_bytes=size,
+                repeats=args.repeats, warmup=args.warmup)
+            log(f"  {res['kafka_sink']}")
+        if "delta" in only:
+            log(f"delta-eos sink, {label} values")
+            res["delta_sink"] = delta_sink.measure(
+                spark, work, inp, files_per_batch=files_per_batch,
+                files_per_trigger_1s=files_per_trigger, value_bytes=size,
+                repeats=args.repeats, warmup=args.warmup)
+            log(f"  {res['delta_sink']}")
+        results["by_value_size"][label] = res
+        results["load_average"][f"after {label}"] = load_average()
+
+
+def _write_results(args: argparse.Namespace, results: dict, only: set[str],
+                   started: float) -> int:
+    """Targets evaluated; results.json written, keeping the sections measured alone before;
+    the charts drawn; the verdicts printed."""
+    from benchmarks.chart import draw, draw_latency
+    from benchmarks.common import load_average, write_json
+
+    results["load_average"]["end"] = load_average()
+    results["duration_s"] = round(time.time() - started)
+    results["targets"] = evaluate(results["by_value_size"])
+    json_path = os.path.join(args.output_dir, "results.json")
+    if os.path.exists(json_path):
+        with open(json_path) as f:  # sections measured by their own command: kept
+            previous = json.load(f)
+        for key in ("delta_long_run", "latency", "upsert_scale", "partitions"):
+            if key not in results and key in previous:
+                results[key] = previous[key]
+    _latency_targets(results)
+    write_json(results, json_path)
+    chart_path = os.path.join(args.output_dir, "chart.png")
+    if only >= {"source", "kafka", "delta", "memory"}:
+        draw(results, chart_path)
+    if "latency" in results:
+        draw_latency(results["latency"], os.path.join(args.output_dir, "latency.png"))
+    print(json.dumps(results["targets"], indent=2))
+    if "latency" in results:
+        print(json.dumps(results["latency"]["targets"], indent=2))
+    print(f"wrote {json_path} and {chart_path} in {results['duration_s']} s", file=sys.stderr)
+    return 0
+
+
+def _run_alone(args: argparse.Namespace, argv: list[str] | None, only: set[str]) -> int | None:
+    """The sections that run on their own (the peers lane, the long runs, partitions, latency),
+    their exit status; None when the asked sections run together."""
     if args.peers:
-        from benchmarks import peers
+        from benchmarks.peers import lane as peers
 
         return peers.run(args, argv)
-    only = set(args.only.split(","))
     if only == {"delta-long-run"}:
         return long_run_only(args, argv)
     if only == {"upsert-scale"}:
@@ -409,16 +494,38 @@ def main(argv: list[str] | None = None) -> int:
     if "upsert-scale" in only:
         raise SystemExit("python -m benchmarks: --only upsert-scale runs on its own (it needs "
                          "neither the broker nor Spark)")
+    if only == {"partitions"}:
+        from benchmarks import partitions
+
+        return partitions.run(args, argv)
+    if "partitions" in only:
+        raise SystemExit("python -m benchmarks: --only partitions runs on its own (in the "
+                         "peers' PySpark 4.2.0 session)")
     if "latency" in only and only <= {"latency", "delta-long-run"}:
         return latency_only(args, argv, only)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    only = set(args.only.split(","))
+    alone = _run_alone(args, argv, only)
+    if alone is not None:
+        return alone
+    return run_together(args, argv, only)
+
+
+def run_together(args: argparse.Namespace, argv: list[str] | None, only: set[str]) -> int:
+    """The throughput sections (and latency, memory, the long run when asked with them) on one
+    broker and one Spark session; results.json keeps the sections measured alone before."""
     sizes = [int(s) for s in args.value_sizes.split(",")]
 
-    from benchmarks.common import load_average, machine, metrics_file, write_parquet_input
+    from benchmarks.common import load_average, machine, metrics_file
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable
-    from benchmarks import delta_sink, kafka_sink, memory, noop_sink, source
-    from benchmarks.chart import draw, draw_latency
-    from connectors.testing import kafka_broker, local_spark
+    from benchmarks import memory, noop_sink
+    from connectors.local.spark import local_spark
+    from integration_tests.support.brokers import kafka_broker
 
     os.makedirs(args.output_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="kafka-eos-bench-")
@@ -430,8 +537,6 @@ def main(argv: list[str] | None = None) -> int:
         "parameters": {k: v for k, v in vars(args).items() if k not in ("output_dir",)},
         "by_value_size": {},
     }
-    files_per_batch = max(1, args.batch_rows // args.rows_per_file)
-    files_per_trigger = max(1, args.trigger_rows // args.rows_per_file)
 
     def log(msg: str) -> None:
         print(f"[{time.time() - started:6.0f}s] {msg}", file=sys.stderr, flush=True)
@@ -443,34 +548,7 @@ def main(argv: list[str] | None = None) -> int:
             spark = local_spark("kafka-eos-benchmarks", quick_start=args.quick)  # C2 unless --quick
             noop_sink.register(spark)
             try:
-                for size in sizes:
-                    res: dict = {}
-                    label = f"{size} B" if size < 1024 else f"{size // 1024} KB"
-                    if "source" in only:
-                        log(f"source, {label} values")
-                        res["source"] = source.measure(
-                            spark, bs, records=args.records, partitions=args.partitions,
-                            value_bytes=size, repeats=args.repeats, warmup=args.warmup)
-                        log(f"  {res['source']}")
-                    if only & {"kafka", "delta"}:
-                        inp = write_parquet_input(work, args.records, size, args.rows_per_file)
-                    if "kafka" in only:
-                        log(f"kafka-eos sink, {label} values")
-                        res["kafka_sink"] = kafka_sink.measure(
-                            spark, bs, inp, partitions=args.partitions,
-                            files_per_batch=files_per_batch,
-                            files_per_trigger_1s=files_per_trigger, value_bytes=size,
-                            repeats=args.repeats, warmup=args.warmup)
-                        log(f"  {res['kafka_sink']}")
-                    if "delta" in only:
-                        log(f"delta-eos sink, {label} values")
-                        res["delta_sink"] = delta_sink.measure(
-                            spark, work, inp, files_per_batch=files_per_batch,
-                            files_per_trigger_1s=files_per_trigger, value_bytes=size,
-                            repeats=args.repeats, warmup=args.warmup)
-                        log(f"  {res['delta_sink']}")
-                    results["by_value_size"][label] = res
-                    results["load_average"][f"after {label}"] = load_average()
+                _by_value_size(args, spark, bs, work, sizes, only, results, log)
                 if "latency" in only:
                     results["latency"] = {"command": results["command"], "broker": broker.kind,
                                           "machine": results["machine"],
@@ -491,28 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    results["load_average"]["end"] = load_average()
-    results["duration_s"] = round(time.time() - started)
-    results["targets"] = evaluate(results["by_value_size"])
-    json_path = os.path.join(args.output_dir, "results.json")
-    if os.path.exists(json_path):
-        with open(json_path) as f:  # sections measured by their own command: kept
-            previous = json.load(f)
-        for key in ("delta_long_run", "latency", "upsert_scale"):
-            if key not in results and key in previous:
-                results[key] = previous[key]
-    _latency_targets(results)
-    write_json(results, json_path)
-    chart_path = os.path.join(args.output_dir, "chart.png")
-    if only >= {"source", "kafka", "delta", "memory"}:
-        draw(results, chart_path)
-    if "latency" in results:
-        draw_latency(results["latency"], os.path.join(args.output_dir, "latency.png"))
-    print(json.dumps(results["targets"], indent=2))
-    if "latency" in results:
-        print(json.dumps(results["latency"]["targets"], indent=2))
-    print(f"wrote {json_path} and {chart_path} in {results['duration_s']} s", file=sys.stderr)
-    return 0
+    return _write_results(args, results, only, started)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,7 @@ def draw_peers(results: dict, path: str) -> list[str]:
 
 def _peers_ratios(ax, results: dict) -> None:
     """Every ratio measured, against its target."""
-    from benchmarks.peers_report import TARGETS, _expand
+    from benchmarks.peers.report import TARGETS, expand_path
 
     labels, vals, targets, colors = [], [], [], []
     names = {"source_rows_per_s_vs_format_kafka": "source rows/s",
@@ -207,7 +207,7 @@ def _peers_ratios(ax, results: dict) -> None:
              "delta_sink_rows_per_s_vs_format_delta": "Delta sink rows/s",
              "delta_sink_long_run_rows_per_s_vs_format_delta": "Delta sink rows/s,\nsmall batches"}
     for name, (p, op, target) in TARGETS.items():
-        for label, value in _expand(results, p):
+        for label, value in expand_path(results, p):
             if not isinstance(value, (int, float)):
                 continue
             what = label[0] if label else ""
@@ -298,3 +298,96 @@ def _load_averages(d) -> list:
     if isinstance(d, list):
         return [x for v in d for x in _load_averages(v)]
     return []
+
+
+def draw_partitions(section: dict, path: str) -> list[str]:
+    """`--only partitions`: per-batch p50 and wall time against the partition count for each
+    pipeline, kafka-eos -> noop's growth target drawn; files and transactions per commit.
+    Returns the panels' titles."""
+    from benchmarks.partitions_report import (
+        BESIDE,
+        FLOOR,
+        MOST_FILES_PER_COMMIT,
+        MOST_GROWTH,
+        PIPELINES,
+        TWO_TASKS,
+    )
+
+    counts = sorted(int(c) for c in section["by_partitions"])
+    colors = {"kafka_eos_noop": "#4C72B0", "spark_kafka_noop": "#DD8452",
+              "kafka_eos_delta_eos": "#55A868", "kafka_eos_kafka_eos": "#8172B3"}
+    runs = {name: [(c, section["by_partitions"][str(c)].get(name, {})) for c in counts]
+            for name in PIPELINES}
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(18, 5.6),
+                                        gridspec_kw={"width_ratios": [1.5, 1.5, 1]})
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}")
+    for ax, key, title, ylabel in (
+        (ax1, "trigger_execution_ms_p50", "Per batch: triggerExecution p50",
+         "ms per batch (log)"),
+        (ax2, "wall_s", "Whole query: start() to its end", "wall time, s (log)"),
+    ):
+        for name, label in PIPELINES.items():
+            pts = [(c, r[key]) for c, r in runs[name] if key in r]
+            if not pts:
+                continue
+            ax.plot([c for c, _ in pts], [v for _, v in pts], marker="o", color=colors[name],
+                    label=label)
+            for c, v in pts:
+                ax.annotate(f"{v:,.0f}" if v >= 10 else f"{v:.1f}", (c, v), fontsize=7.5,
+                            textcoords="offset points", xytext=(4, 4), color=colors[name])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(counts, [f"{c:,}" for c in counts])
+        ax.minorticks_off()
+        ax.yaxis.set_major_formatter(plain)
+        ax.set_xlabel("partitions (same records per partition)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    for name, style in ((TWO_TASKS, "--"), (FLOOR, ":")):
+        beside = [(c, section["by_partitions"][str(c)].get(name, {})) for c in counts]
+        pts = [(c, r["trigger_execution_ms_p50"]) for c, r in beside
+               if "trigger_execution_ms_p50" in r]
+        if pts:
+            ax1.plot([c for c, _ in pts], [v for _, v in pts], linestyle=style, marker=".",
+                     color="grey", label=f"{BESIDE[name]} (no target)")
+    base = runs["kafka_eos_noop"][0][1].get("trigger_execution_ms_p50")
+    if base and len(counts) > 1:
+        ax1.hlines(base * MOST_GROWTH, counts[0], counts[-1], colors="crimson", linestyles="--",
+                   linewidth=1.2, label=f"target: kafka-eos -> noop ≤ {MOST_GROWTH:g}x its "
+                                        f"p50 at {counts[0]:,}")
+    ax1.legend(fontsize=7.5)
+
+    xs = range(len(counts))
+    files = [max(r.get("files_per_commit") or [0]) for _, r in runs["kafka_eos_delta_eos"]]
+    txns = [max(r.get("transactions_per_commit") or [0]) for _, r in runs["kafka_eos_kafka_eos"]]
+    tasks = [max(r.get("tasks_per_batch") or [0]) for _, r in runs["spark_kafka_noop"]]
+    for off, vals, label, color in ((-0.27, files, "files per delta-eos commit (max)", "#55A868"),
+                                    (0, txns, "transactions per kafka-eos commit (max)", "#8172B3"),
+                                    (0.27, tasks, "format(\"kafka\") tasks per batch", "#DD8452")):
+        bars = ax3.bar([x + off for x in xs], vals, 0.27, label=label, color=color)
+        for b, v in zip(bars, vals):
+            ax3.text(b.get_x() + b.get_width() / 2, v, f"{v:,}", ha="center", va="bottom",
+                     fontsize=7.5)
+    ax3.axhline(MOST_FILES_PER_COMMIT, color="crimson", linestyle="--", linewidth=1.2,
+                label=f"target: ≤ {MOST_FILES_PER_COMMIT} files per commit")
+    ax3.set_yscale("log")
+    ax3.set_ylim(bottom=0.8)
+    ax3.yaxis.set_major_formatter(plain)
+    ax3.yaxis.set_minor_formatter(NullFormatter())
+    ax3.set_xticks(list(xs), [f"{c:,} partitions" for c in counts], fontsize=8)
+    ax3.set_title("What one commit carries")
+    ax3.legend(fontsize=7.5)
+    mach = section.get("machine", {})
+    fig.suptitle(
+        f"Per-batch cost against the partition count: {section.get('records_per_partition')} "
+        f"records per partition, {section.get('batches')} batches, availableNow; PySpark "
+        f"{section.get('pyspark', '?')}, {section.get('broker', '?')} broker, "
+        f"{mach.get('cores', '?')} cores, 1-minute load {_peak_load(_load_averages(section))}",
+        fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [ax1.get_title(), ax2.get_title(), ax3.get_title()]

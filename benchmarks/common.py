@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import tempfile
 import time
@@ -16,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.kafka_client import consumer_conf
+from connectors.core.kafka_client import consumer_conf
 from sinks.two_phase_commit import METRICS_ENV
 
 # -- the machine --------------------------------------------------------------------------------
@@ -343,3 +344,44 @@ def eo_vs_alo(eo_1s: list[dict], alo_1s: list[dict], rows_per_batch: int) -> dic
             "p95": round(pct(commit_ms, 0.95), 1),
         },
     }
+
+
+# -- results files ---------------------------------------------------------------------------
+
+_LONG_NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+){20,})\s*\]")
+
+
+def write_json(results: dict, path: str) -> None:
+    """Indented, but a list of more than 20 numbers (per-batch series) on one line."""
+    text = json.dumps(results, indent=2)
+    text = _LONG_NUMBER_LIST.sub(
+        lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def existing_results(output_dir: str) -> tuple[str, dict]:
+    """The results.json a section-only run merges into (its other sections are kept)."""
+    os.makedirs(output_dir, exist_ok=True)
+    json_path = os.path.join(output_dir, "results.json")
+    if not os.path.exists(json_path):
+        return json_path, {}
+    with open(json_path) as f:
+        return json_path, json.load(f)
+
+
+def code_version() -> dict:
+    """The commit measured, and whether sinks/ differed from it (a shared checkout)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD"),
+            "sinks_modified": bool(git("status", "--porcelain", "--", "sinks"))}

@@ -84,7 +84,7 @@ CONFIGS = {
 PROBE_REPEATS = 3
 
 
-class _TaskContext:
+class StandInTaskContext:
     """What the template's write() asks of pyspark.TaskContext."""
 
     def __init__(self, batch: int, partition: int) -> None:
@@ -181,7 +181,7 @@ def probe(path: str, *, app_id: str | None = None, sink=None, checkpoint: str | 
 
             def sweep():
                 return referenced_files(DeltaTable(path), sink_fs, root)
-        except ImportError:  # before sinks/delta_log.py: every JSON commit since the orphans
+        except ImportError:  # before sinks/delta/referenced_files.py: every JSON commit since the orphans
             def sweep():
                 return sink._referenced_files(sink_fs, root, 0)
         out["orphan_sweep_referenced_files_ms"], refs = _timed_min(sweep)
@@ -249,7 +249,7 @@ class SinkDriver:
         saved_get = pyspark.TaskContext.__dict__["get"]
         try:
             for p in range(self.partitions):
-                ctx = _TaskContext(batch_id, p)
+                ctx = StandInTaskContext(batch_id, p)
                 pyspark.TaskContext.get = classmethod(lambda cls, ctx=ctx: ctx)
                 messages.append(task_writer.write(iter(rows.slice(p * size, size).to_batches())))
         finally:
@@ -396,7 +396,7 @@ def run_raw(work: str, data: list[pa.Table], *, options: dict, probe_after: int 
 # -- the measurement ----------------------------------------------------------------------------
 
 
-def _quiet_sink_log():
+def quiet_sink_log():
     """1,000 batch log lines per configuration on stderr help nobody: warnings still show."""
     log = logging.getLogger("kafka_eos.sink")
     saved = (list(log.handlers), log.level, log.propagate)
@@ -417,7 +417,7 @@ def measure(work: str, *, batches: int = 1000, rows_per_batch: int = 1000, value
     metrics_file()
     data = [make_records(rows_per_batch, value_bytes, offset=b * rows_per_batch) for b in range(batches)]
     configs = CONFIGS if configs is None else configs
-    sink_log, saved = _quiet_sink_log()
+    sink_log, saved = quiet_sink_log()
     out: dict = {
         "mode": "direct: the sink's template driven in one process, no Spark",
         "batches": batches,

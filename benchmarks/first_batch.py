@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from benchmarks.common import produce_fixed
-    from connectors.testing import kafka_broker
+    from integration_tests.support.brokers import kafka_broker
 
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap_servers or stack.enter_context(kafka_broker()).bootstrap_servers

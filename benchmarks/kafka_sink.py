@@ -28,7 +28,7 @@ from benchmarks.common import (
     run_query,
     start,
 )
-from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
 
 def run_sink(spark, bootstrap: str, inp: ParquetInput, *, guarantee: str, partitions: int,

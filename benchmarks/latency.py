@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.common import load_average, pct, ratio
-from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
 #: The pipelines, in the order they run and are reported.
 PIPELINES = {
@@ -160,11 +160,11 @@ def _stamp(value: bytes) -> tuple[int, int]:
 # -- one pipeline -------------------------------------------------------------------------------
 
 
-def _ts(iso: str) -> float:
+def iso_seconds(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def _run(query, *, warmup: int, batches: int, timeout_s: float) -> dict:
+def run_batches(query, *, warmup: int, batches: int, timeout_s: float) -> dict:
     """Let `warmup` batches with rows pass, then `batches` more; then keep the query until a
     batch that started after the measured window completed. Returns the measured progress and
     the window's wall-clock bounds."""
@@ -193,7 +193,7 @@ def _run(query, *, warmup: int, batches: int, timeout_s: float) -> dict:
                 if window_end is None and len(measured) >= batches:
                     window_end = time.time()
                 if window_end is not None and any(
-                        _ts(p["timestamp"]) > window_end + 0.3 for p in seen.values()):
+                        iso_seconds(p["timestamp"]) > window_end + 0.3 for p in seen.values()):
                     break
             time.sleep(0.1)
     finally:
@@ -209,7 +209,7 @@ def _floor(results: dict) -> float | None:
     return min(p50s) if p50s else None
 
 
-def _per_batch(progress: list[dict]) -> dict:
+def per_batch_latency(progress: list[dict]) -> dict:
     ms = [p["durationMs"]["triggerExecution"] for p in progress]
     add = [p["durationMs"].get("addBatch", 0) for p in progress]
     out = {
@@ -230,8 +230,8 @@ def _per_batch(progress: list[dict]) -> dict:
     return out
 
 
-def _e2e(pairs: list[tuple[int, int]], window: tuple[float, float], expected: set[int],
-         seqs: set[int]) -> dict:
+def end_to_end_latency(pairs: list[tuple[int, int]], window: tuple[float, float],
+                       expected: set[int], seqs: set[int]) -> dict:
     lat = [(vis - ns) / 1e6 for ns, vis in pairs]
     return {
         "records": len(lat),
@@ -245,7 +245,7 @@ def _e2e(pairs: list[tuple[int, int]], window: tuple[float, float], expected: se
     }
 
 
-def _delta_visibility(path: str) -> dict[int, tuple[int, int]]:
+def delta_visibility(path: str) -> dict[int, tuple[int, int]]:
     """seq -> (produce ns, visible ns): the first version whose add actions carry the record,
     visible when its _delta_log JSON file was written."""
     out: dict[int, tuple[int, int]] = {}
@@ -268,12 +268,12 @@ def _delta_visibility(path: str) -> dict[int, tuple[int, int]]:
 # -- the measurement ----------------------------------------------------------------------------
 
 
-def _window_seqs(produced: dict[int, int], window: tuple[float, float]) -> set[int]:
+def window_seqs(produced: dict[int, int], window: tuple[float, float]) -> set[int]:
     lo, hi = (int(w * 1e9) for w in window)
     return {seq for seq, ns in produced.items() if lo <= ns <= hi}
 
 
-class _ProduceLog:
+class ProduceLog:
     """The input topic read back (read_uncommitted) after the run: seq -> produce ns."""
 
     @staticmethod
@@ -293,6 +293,110 @@ class _ProduceLog:
                     left -= 1
         c.close()
         return out
+
+
+def _source_frame(spark, name: str, bootstrap: str, topic: str | None, *, rate: int,
+                  partitions: int, trigger_s: float, source_options: dict | None):
+    """The pipeline's streaming input: Spark's rate source, the Python floor's ticks, or
+    `kafka-eos` on `topic` from its latest offsets."""
+    if name.startswith("rate"):
+        return (spark.readStream.format("rate").option("rowsPerSecond", rate)
+                .option("numPartitions", partitions).load())
+    if name == "python_floor":
+        return (spark.readStream.format("bench-ticks")
+                .option("rowsPerBatch", int(rate * trigger_s)).option("tasks", partitions)
+                .load())
+    mode = {"readMode": "driver"} if name.startswith("driver_") else {}
+    return (spark.readStream.format("kafka-eos")
+            .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+            .option("startingOffsets", "latest")
+            .options(**mode, **(source_options or {})).load())
+
+
+def _sink_writer(df, name: str, bootstrap: str, out_path: str, partitions: int):
+    """(writer, reader, out_topic): the pipeline's sink; for `kafka-eos` output a fresh topic
+    and a started CommittedReader that watches it, else None for both."""
+    reader = out_topic = None
+    if name in FLOOR_PIPELINES:
+        writer = df.writeStream.format("noop")
+    elif name == "python_floor":
+        writer = df.writeStream.format("bench-noop")
+    elif name.endswith("delta_eos"):
+        writer = df.writeStream.format("delta-eos").option("path", out_path)
+    elif name == "kafka_eos_parquet":
+        writer = df.writeStream.format("parquet").option("path", out_path)
+    elif name.endswith("kafka_eos_kafka_eos"):
+        out_topic = unique_topic("bench-latency-out")
+        create_topic(bootstrap, out_topic, partitions)
+        reader = CommittedReader(bootstrap, out_topic, partitions)
+        reader.start()
+        writer = (df.select("key", "value").writeStream.format("kafka-eos")
+                  .option("kafka.bootstrap.servers", bootstrap)
+                  .option("topic", out_topic)
+                  .option("deliveryGuarantee", "exactly-once")
+                  .option("transactionalIdPrefix", out_topic))
+    else:
+        raise ValueError(f"unknown pipeline {name}")
+    return writer, reader, out_topic
+
+
+def _measured(run: dict, name: str, topic: str | None, load_start, out_path: str,
+              reader: CommittedReader | None) -> dict:
+    """One pipeline's figures from its run; `_visible` (record -> when it became visible) where
+    its output is watched, for the end-to-end latency once every input is read back."""
+    res = per_batch_latency(run["progress"])
+    res["window"] = [round(w, 3) for w in run["window"]]
+    if "kafka_eos_" in name:
+        res["input_topic"] = topic
+    res["load_average"] = {"start": load_start, "end": load_average()}
+    if name.endswith("kafka_eos_delta_eos"):
+        res["_visible"] = delta_visibility(out_path)
+    elif reader is not None:
+        with reader.lock:
+            res["_visible"] = dict(reader.seen)
+    return res
+
+
+def _failure(name: str, e: Exception, load_start, started: float, log) -> dict:
+    """A failed attempt as reported: its error, the load around it, how long it ran."""
+    failure = {"error": f"{type(e).__name__}: {str(e)[:2000]}",
+               "load_average": {"start": load_start, "end": load_average()},
+               "duration_s": round(time.time() - started, 1)}
+    log(f"  {name}: FAILED {type(e).__name__}: {str(e)[:600]}")
+    return failure
+
+
+def _remove(*paths: str) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _add_floor_ratios(results: dict, log) -> float | None:
+    """Each pipeline's p50 as a multiple of the floor's; returns the floor."""
+    floor = _floor(results)
+    for name, res in results.items():
+        if floor and name not in FLOOR_PIPELINES and "trigger_execution_ms_p50" in res:
+            res["p50_vs_floor"] = ratio(res["trigger_execution_ms_p50"], floor)
+            log(f"  {name}: {res['p50_vs_floor']}x the floor ({floor} ms)")
+    return floor
+
+
+def _add_end_to_end(results: dict, produced: dict[int, int], log) -> None:
+    """Produce-to-visible latency of the records produced in each pipeline's measured window,
+    for the pipelines whose output was watched."""
+    for name, res in results.items():
+        if "error" in res:
+            continue
+        visible = res.pop("_visible", None)
+        if visible is None:
+            continue
+        expected = window_seqs(produced, tuple(res["window"]))
+        pairs = [visible[s] for s in sorted(expected) if s in visible]
+        res["end_to_end"] = end_to_end_latency(pairs, tuple(res["window"]), expected,
+                                               set(visible))
+        e = res["end_to_end"]
+        log(f"  {name} end to end: p50 {e['p50_ms']} ms, p99 {e['p99_ms']} ms over "
+            f"{e['records']} records ({e['missing']} missing)")
 
 
 def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int = 3,
@@ -318,9 +422,9 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
     timeout_s = 120 + (warmup + batches) * trigger_s * 10
     results: dict = {}
     failures: dict[str, list[dict]] = {}
-    from benchmarks.delta_long_run import _quiet_sink_log
+    from benchmarks.delta_long_run import quiet_sink_log
 
-    sink_log, saved = _quiet_sink_log()  # a line per batch and sink on stderr helps nobody
+    sink_log, saved = quiet_sink_log()  # a line per batch and sink on stderr helps nobody
     try:
         queue = list(pipelines)
         while queue:
@@ -328,59 +432,26 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
             started = time.time()
             ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
             out_path = tempfile.mkdtemp(prefix="out-", dir=work)
-            reader = out_topic = None
-            if name.startswith("rate"):
-                df = (spark.readStream.format("rate").option("rowsPerSecond", rate)
-                      .option("numPartitions", partitions).load())
-            elif name == "python_floor":
-                df = (spark.readStream.format("bench-ticks")
-                      .option("rowsPerBatch", int(rate * trigger_s)).option("tasks", partitions)
-                      .load())
-            else:
+            topic = None
+            if not name.startswith("rate") and name != "python_floor":
                 # A fresh input (see the module's docstring), the producer writing to it
                 # before the query looks for its latest offsets.
                 producer.topic = topic = new_input()
-                mode = {"readMode": "driver"} if name.startswith("driver_") else {}
-                df = (spark.readStream.format("kafka-eos")
-                      .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-                      .option("startingOffsets", "latest")
-                      .options(**mode, **(source_options or {})).load())
-            if name in FLOOR_PIPELINES:
-                writer = df.writeStream.format("noop")
-            elif name == "python_floor":
-                writer = df.writeStream.format("bench-noop")
-            elif name.endswith("delta_eos"):
-                writer = df.writeStream.format("delta-eos").option("path", out_path)
-            elif name == "kafka_eos_parquet":
-                writer = df.writeStream.format("parquet").option("path", out_path)
-            elif name.endswith("kafka_eos_kafka_eos"):
-                out_topic = unique_topic("bench-latency-out")
-                create_topic(bootstrap, out_topic, partitions)
-                reader = CommittedReader(bootstrap, out_topic, partitions)
-                reader.start()
-                writer = (df.select("key", "value").writeStream.format("kafka-eos")
-                          .option("kafka.bootstrap.servers", bootstrap)
-                          .option("topic", out_topic)
-                          .option("deliveryGuarantee", "exactly-once")
-                          .option("transactionalIdPrefix", out_topic))
-            else:
-                raise ValueError(f"unknown pipeline {name}")
+            df = _source_frame(spark, name, bootstrap, topic, rate=rate, partitions=partitions,
+                               trigger_s=trigger_s, source_options=source_options)
+            writer, reader, out_topic = _sink_writer(df, name, bootstrap, out_path, partitions)
             query = (writer.option("checkpointLocation", ckpt)
                      .trigger(processingTime=trigger).start())
             load_start = load_average()
             try:
-                run = _run(query, warmup=warmup, batches=batches, timeout_s=timeout_s)
+                run = run_batches(query, warmup=warmup, batches=batches, timeout_s=timeout_s)
             except Exception as e:  # reported; retried once; the other pipelines still run
-                failure = {"error": f"{type(e).__name__}: {str(e)[:2000]}",
-                           "load_average": {"start": load_start, "end": load_average()},
-                           "duration_s": round(time.time() - started, 1)}
-                log(f"  {name}: FAILED {type(e).__name__}: {str(e)[:600]}")
+                failure = _failure(name, e, load_start, started, log)
                 if reader is not None:
                     reader.stop()  # before its topic goes: librdkafka crashed otherwise (seen)
                 if out_topic is not None:
                     delete_topic(bootstrap, out_topic)
-                shutil.rmtree(out_path, ignore_errors=True)
-                shutil.rmtree(ckpt, ignore_errors=True)
+                _remove(out_path, ckpt)
                 failures.setdefault(name, []).append(failure)
                 if len(failures[name]) <= retries:
                     queue.insert(0, name)
@@ -391,19 +462,10 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
                 if reader is not None:
                     time.sleep(0.5)
                     reader.stop()
-            res = _per_batch(run["progress"])
-            res["window"] = [round(w, 3) for w in run["window"]]
-            if "kafka_eos_" in name:
-                res["input_topic"] = topic
-            res["load_average"] = {"start": load_start, "end": load_average()}
-            if name.endswith("kafka_eos_delta_eos"):
-                res["_visible"] = _delta_visibility(out_path)
-            elif reader is not None:
-                with reader.lock:
-                    res["_visible"] = dict(reader.seen)
+            res = _measured(run, name, topic, load_start, out_path, reader)
+            if reader is not None:
                 delete_topic(bootstrap, out_topic)
-            shutil.rmtree(out_path, ignore_errors=True)
-            shutil.rmtree(ckpt, ignore_errors=True)
+            _remove(out_path, ckpt)
             res["duration_s"] = round(time.time() - started, 1)
             if name in failures:  # the attempts that failed before this one
                 res["failed_attempts"] = failures[name]
@@ -415,27 +477,12 @@ def measure(spark, bootstrap: str, work: str, *, batches: int = 30, warmup: int 
         producer.stop()
         sink_log.handlers[:], level, sink_log.propagate = saved
         sink_log.setLevel(level)
-    floor = _floor(results)
-    for name, res in results.items():
-        if floor and name not in FLOOR_PIPELINES and "trigger_execution_ms_p50" in res:
-            res["p50_vs_floor"] = ratio(res["trigger_execution_ms_p50"], floor)
-            log(f"  {name}: {res['p50_vs_floor']}x the floor ({floor} ms)")
+    floor = _add_floor_ratios(results, log)
     produced: dict[int, int] = {}
     for topic in inputs:
-        produced.update(_ProduceLog.read(bootstrap, topic, partitions))
+        produced.update(ProduceLog.read(bootstrap, topic, partitions))
         delete_topic(bootstrap, topic)
-    for name, res in results.items():
-        if "error" in res:
-            continue
-        visible = res.pop("_visible", None)
-        if visible is None:
-            continue
-        expected = _window_seqs(produced, tuple(res["window"]))
-        pairs = [visible[s] for s in sorted(expected) if s in visible]
-        res["end_to_end"] = _e2e(pairs, tuple(res["window"]), expected, set(visible))
-        e = res["end_to_end"]
-        log(f"  {name} end to end: p50 {e['p50_ms']} ms, p99 {e['p99_ms']} ms over "
-            f"{e['records']} records ({e['missing']} missing)")
+    _add_end_to_end(results, produced, log)
     return {
         "rate_records_per_s": rate,
         "partitions": partitions,

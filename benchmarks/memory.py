@@ -61,7 +61,7 @@ def read_in_fresh_process(bootstrap: str, topic: str, until: int, batch_rows: in
 
 def measure(bootstrap: str, *, records: int, value_bytes: int, batch_rows: int) -> dict:
     from benchmarks.common import produce_fixed
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     topic = unique_topic("bench-mem")
     create_topic(bootstrap, topic, 1)

@@ -109,7 +109,7 @@ def deserializer_loop(bootstrap: str, topic: str, partition: int, end: int,
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from connectors.kafka_client import consumer_conf
+    from connectors.core.kafka_client import consumer_conf
 
     deserialize = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
     ctx = SerializationContext(topic, MessageField.VALUE)
@@ -160,8 +160,9 @@ def decoders_alone(values: list[bytes], registry_url: str, schema_id: int,
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from connectors.schema_registry.decoding import ReaderSchema, new_decoder
-    from connectors.schema_registry.options import RegistryOptions
+    from connectors.core.schema_registry.decoding import ReaderSchema
+    from connectors.core.schema_registry.decoders import new_decoder
+    from connectors.core.schema_registry.options import RegistryOptions
 
     opts = RegistryOptions.parse({"valueformat": "avro", "schema.registry.url": registry_url})
     reader = ReaderSchema("avro", "bench", schema_id, None, json.dumps(AVRO_SCHEMA))
@@ -198,7 +199,7 @@ def other_formats_alone(registry_url: str, count: int, note: int, pairs: int = P
                                                           ProtobufSerializer)
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from connectors.testing.protobuf_messages import message_classes
+    from integration_tests.support.protobuf_messages import message_classes
 
     client = SchemaRegistryClient({"url": registry_url})
     topic = f"bench-fmt-{time.time_ns()}"
@@ -236,8 +237,9 @@ def _format_pair(fmt: str, subject: str, values: list[bytes], registry_url: str,
                  ctx, pairs: int) -> dict:
     import pyarrow as pa
 
-    from connectors.schema_registry.decoding import new_decoder, resolve_reader_schema
-    from connectors.schema_registry.options import RegistryOptions
+    from connectors.core.schema_registry.decoders import new_decoder
+    from connectors.core.schema_registry.decoding import resolve_reader_schema
+    from connectors.core.schema_registry.options import RegistryOptions
 
     opts = RegistryOptions.parse({"valueformat": fmt, "schema.registry.url": registry_url,
                                   "valuesubject": subject})
@@ -264,7 +266,7 @@ def measure(spark, bootstrap: str, registry_url: str, *, records: int, partition
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     from benchmarks.common import in_processes
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     topic = unique_topic(f"bench-avro-{note}")
     client = SchemaRegistryClient({"url": registry_url})
@@ -358,8 +360,8 @@ def sink_write(spark, bootstrap: str, registry_url: str, note: int, rows: int,
     AvroSerializer, one process per task of the write (two)."""
     from benchmarks import registry_sink
     from benchmarks.common import in_processes
-    from connectors.schema_registry.spark_schemas import avro_schema
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from connectors.core.schema_registry.spark_schemas import avro_schema
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     encode = registry_sink.encode_only(spark, registry_url, note, rows, pairs)
     write = registry_sink.end_to_end(spark, bootstrap, registry_url, note, rows,
@@ -385,8 +387,8 @@ def sink_write(spark, bootstrap: str, registry_url: str, note: int, rows: int,
 def run(bootstrap: str, registry_url: str, *, records: int, partitions: int,
         warmup: bool = True, sizes: dict[str, int] | None = None, pairs: int = PAIRS) -> dict:
     """Every size in one Spark session that has spark-avro's jar."""
-    from connectors.testing import local_spark
-    from connectors.testing.spark_avro import spark_avro_jar
+    from connectors.local.spark import local_spark
+    from integration_tests.support.spark_avro import spark_avro_jar
 
     spark = local_spark("kafka-eos-registry-benchmark", conf={"spark.jars": str(spark_avro_jar())},
                         quick_start=not warmup)
@@ -434,10 +436,14 @@ def run_section(args, argv: list[str] | None) -> int:
     DIR/results.json (its other sections kept)."""
     import sys
 
-    from benchmarks.__main__ import _code_version, _existing_results, write_json
+    from benchmarks.common import (
+        code_version as _code_version,
+        existing_results as _existing_results,
+        write_json,
+    )
     from benchmarks.common import load_average, machine
-    from connectors.testing import kafka_broker
-    from connectors.testing.schema_registry import schema_registry
+    from integration_tests.support.brokers import kafka_broker
+    from connectors.local.schema_registry import schema_registry
 
     json_path, results = _existing_results(args.output_dir)
     started = time.time()
@@ -465,8 +471,8 @@ def run_section(args, argv: list[str] | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from connectors.testing import kafka_broker
-    from connectors.testing.schema_registry import schema_registry
+    from integration_tests.support.brokers import kafka_broker
+    from connectors.local.schema_registry import schema_registry
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=RECORDS)

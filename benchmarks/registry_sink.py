@@ -46,8 +46,8 @@ def encode_only(spark, registry_url: str, note: int, rows: int, pairs: int = PAI
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from connectors.schema_registry.encoding import EncodingPlan, encoder_for
-    from connectors.schema_registry.spark_schemas import avro_schema
+    from connectors.core.schema_registry.encoding import EncodingPlan, encoder_for
+    from connectors.core.schema_registry.spark_schemas import avro_schema
 
     df = spark.range(rows).selectExpr(RECORD_SQL.format(note=note))
     table = df.toArrow()
@@ -92,7 +92,7 @@ def end_to_end(spark, bootstrap: str, registry_url: str, note: int, rows: int,
                payload_bytes: int, pairs: int = PAIRS) -> dict:
     """Rows/s of a batch write with valueFormat=avro, and of values of the Avro payload's
     size already as bytes (what the sink writes without a registry format)."""
-    from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+    from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
     records = spark.range(rows).selectExpr(RECORD_SQL.format(note=note))
     frames = {"avro": records.repartition(2).cache(),
@@ -133,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=ROWS)
     args = parser.parse_args(argv)
 
-    from connectors.testing import kafka_broker, local_spark
-    from connectors.testing.schema_registry import schema_registry
+    from integration_tests.support.brokers import kafka_broker
+    from connectors.local.spark import local_spark
+    from connectors.local.schema_registry import schema_registry
 
     results: dict = {}
     with kafka_broker() as broker, schema_registry() as registry:

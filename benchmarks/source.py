@@ -16,7 +16,7 @@ import tempfile
 
 from benchmarks.common import (in_processes, produce_fixed, ratio, raw_consume, read_into_noop,
                                run_query)
-from integration_tests.kafka_data import create_topic, delete_topic, unique_topic
+from integration_tests.support.kafka_data import create_topic, delete_topic, unique_topic
 
 
 def spark_read(spark, bootstrap: str, topic: str, rows: int):

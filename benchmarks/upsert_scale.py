@@ -1,5 +1,5 @@
 """`delta-eos` upsert mode at scale: one micro-batch of 1,000,000 changes on 100,000 keys into
-a table of 10,000,000 rows (issue 23 item 4), against an append of the same rows.
+a table of 10,000,000 rows, against an append of the same rows.
 
     python -m benchmarks --only upsert-scale [--upsert-table-rows 10000000]
         [--upsert-changes 1000000] [--upsert-keys 100000]
@@ -174,7 +174,7 @@ def _step_tasks(spec: dict) -> dict:
     import pyarrow.parquet as pq
     import pyspark
 
-    from benchmarks.delta_long_run import _TaskContext
+    from benchmarks.delta_long_run import StandInTaskContext
 
     rows = pq.read_table(spec["input"])
     if "mergeKeys" not in spec["options"]:
@@ -189,7 +189,7 @@ def _step_tasks(spec: dict) -> dict:
     with _Peak() as peak:
         try:
             for p in range(TASKS):
-                ctx = _TaskContext(spec["batch"], p)
+                ctx = StandInTaskContext(spec["batch"], p)
                 pyspark.TaskContext.get = classmethod(lambda cls, ctx=ctx: ctx)
                 messages.append(task_writer.write(iter(
                     rows.slice(p * size, size).to_batches(max_chunksize=spec["task_batch_rows"]))))

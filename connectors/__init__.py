@@ -3,7 +3,7 @@
 After `pip install` the formats are registered without any call, through the `pyspark_*` shim
 modules PySpark's static lookup discovers. `register(spark)` registers whatever that lookup did
 not find (the package on `sys.path` but not installed, or a lookup run by another Python).
-`enable_structured_logs()` opts in to the package's per-batch log lines (connectors/logs.py):
+`enable_structured_logs()` opts in to the package's per-batch log lines (connectors/core/logs.py):
 the package itself configures no logging handlers.
 """
 
@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from connectors.logs import enable_structured_logs
+from connectors.core.logs import enable_structured_logs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,9 +39,8 @@ def register(spark: "SparkSession") -> None:
     """Register the formats `spark` does not know yet; safe to call more than once.
 
     A format PySpark's static lookup already found is left alone: registering it again
-    replaces it, which Spark logs as `WARN DataSourceManager: The data source kafka-eos replaced
-    a statically registered data source`, once per format and session (the demo's log had it
-    33 times). Before registering, checks that Spark's Python workers can import this package
+    replaces it, which Spark logs as a WARN once per format and session
+    (docs/design.md#pyspark-facts-that-bite). Before registering, checks that Spark's Python workers can import this package
     (`WorkerPythonMismatch` says what to set if not), since a registered format runs there.
     An older PySpark than 4.2 is refused first (`pyspark_version.UnsupportedPySpark`, naming
     the versions needed)."""
@@ -76,7 +75,7 @@ def check_worker_python(spark: "SparkSession") -> None:
     setting is read by spark-submit only. A virtual environment's Python started by its path
     (not activated) is then not the workers' Python, and the format fails in a worker with
     `ModuleNotFoundError: No module named 'connectors'`. The package's `.pth` hook sets
-    `PYSPARK_PYTHON` for that case (connectors/_pyspark_python.py); this catches the rest (the
+    `PYSPARK_PYTHON` for that case (kafka_eos_pyspark_python.py); this catches the rest (the
     hook skipped, a PYSPARK_PYTHON naming another interpreter). Only for local masters: a
     cluster's workers run the Python of its nodes, which this machine cannot check."""
     import shutil  # here, not at the top: every worker imports this package

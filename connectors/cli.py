@@ -14,7 +14,7 @@ import re
 import sys
 from typing import NoReturn
 
-from connectors.logs import enable_structured_logs
+from connectors.core.logs import enable_structured_logs
 
 EXIT_OK, EXIT_VERIFICATION_FAILED, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
 EXIT_QUERY_MAY_BE_RUNNING = 4
@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run the exactly-once pipeline end to end and verify its output",
         description=(
-            "Produce a stream of keyed JSON events to Kafka, run a Spark pipeline that reads them "
+            "Produce a stream of keyed JSON events (Avro with --format avro) to Kafka, run a "
+            "Spark pipeline that reads them "
             "with kafka-eos, enriches them and writes them exactly once to a delta-eos table and "
             "a kafka-eos topic, optionally SIGKILLing it at random moments, then read both "
             "outputs back and check every event is there exactly once. With --upsert, produce a "
@@ -145,14 +146,50 @@ def build_parser() -> argparse.ArgumentParser:
                       help="without --bootstrap-servers, the local broker to start: auto is "
                            "Apache Kafka from its Maven jars where Java and the jars (cached, "
                            "or Maven Central) are there, else the embedded broker")
+    demo.add_argument("--format", choices=DEMO_FORMATS, default="json",
+                      help="the events' and the Kafka output's values: json, or avro (the "
+                           "Confluent wire format with its schemas in a Schema Registry, "
+                           "written and read back with confluent-kafka's AvroSerializer and "
+                           "AvroDeserializer; the pipeline reads with valueFormat=avro and "
+                           "writes Avro)")
+    demo.add_argument("--schema-registry-url", type=_registry_url, default=None, metavar="URL",
+                      help="with --format avro: your Schema Registry's Confluent API base URL "
+                           "(a user:password@ in it is used for basic auth and never shown); "
+                           "without it the demo starts a local one (Apicurio Registry, as "
+                           "`kafka-eos registry` does)")
     _add_broker_command(commands)
     _add_registry_command(commands)
     _add_operator_commands(commands)
     return parser
 
 
-#: Same as connectors.testing.broker.LOCAL_BROKER_KINDS (not imported: --help stays fast).
+#: Same as connectors.local.local_broker.LOCAL_BROKER_KINDS (not imported: --help stays fast).
 LOCAL_BROKER_KINDS = ("auto", "apache-kafka", "embedded")
+#: Same as connectors.demo.avro.FORMATS.
+DEMO_FORMATS = ("json", "avro")
+
+
+def _registry_url(text: str) -> str:
+    """An http(s) URL with a host, or several comma-separated (as `schema.registry.url`).
+    The error never repeats a password the text may hold."""
+    from urllib.parse import urlsplit
+
+    from connectors.core.redaction import redact_text
+
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    for url in urls:
+        try:
+            split = urlsplit(url)
+            ok = split.scheme in ("http", "https") and bool(split.hostname) and (
+                split.port is None or split.port > 0)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentTypeError(
+                f"expected http(s)://host[:port][/path], got {redact_text(url)!r}")
+    if not urls:
+        raise argparse.ArgumentTypeError("expected http(s)://host[:port][/path], got ''")
+    return ",".join(urls)
 
 
 def _port(text: str) -> int:
@@ -296,7 +333,7 @@ def _kafka_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """--kafka-config's settings in librdkafka's names, without bootstrap.servers (which fills
     in args.bootstrap_servers when the flag did not give it: the flag wins, as in Kafka's
     tools). Errors are usage errors: one line, naming the file and the line or setting."""
-    from connectors.demo.kafka_config import KafkaConfigError, load_kafka_config
+    from connectors.kafka_config_file import KafkaConfigError, load_kafka_config
 
     try:
         conf = load_kafka_config(args.kafka_config)
@@ -334,6 +371,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"argument --records: must be at least --partitions ({args.partitions})")
     if args.keys is not None and not args.upsert:
         parser.error("argument --keys: only with --upsert")
+    if args.schema_registry_url is not None and args.format != "avro":
+        parser.error("argument --schema-registry-url: only with --format avro")
+    if args.format == "avro" and args.upsert:
+        parser.error("argument --format: avro is for the events demo; --upsert's change "
+                     "stream is Debezium JSON")
+    if args.format == "avro" and _extra_missing("registry", args):
+        return EXIT_CANNOT_RUN
     kafka_config: dict[str, str] = {}
     if args.kafka_config is not None:
         kafka_config = _kafka_config(args.command_parser, args)
@@ -358,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         local_broker=args.broker,
         upsert=args.upsert,
         keys=args.keys,
+        format=args.format,
+        schema_registry_url=args.schema_registry_url,
     )
     try:
         return run_demo(config)
@@ -374,10 +420,15 @@ def _embedded_broker_missing(args: argparse.Namespace) -> bool:
     command starts anything."""
     if getattr(args, "broker", None) != "embedded" or getattr(args, "bootstrap_servers", None):
         return False
-    from connectors import extras
+    return _extra_missing("local", args)
+
+
+def _extra_missing(extra: str, args: argparse.Namespace) -> bool:
+    """Whether the command needs an extra that is not installed (then said in one line)."""
+    from connectors.core import extras
 
     try:
-        extras.require("local")
+        extras.require(extra)
     except extras.MissingExtra as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return True
@@ -391,7 +442,8 @@ def _broker(args: argparse.Namespace) -> int:
     import signal
     import time
 
-    from connectors.testing.broker import TANSU_LACKS, LocalBrokerError, local_broker
+    from connectors.local.tansu import TANSU_LACKS
+    from connectors.local.local_broker import LocalBrokerError, local_broker
 
     def stop(signum, frame):  # SIGTERM: the same clean stop as Ctrl-C (the broker's data goes)
         raise KeyboardInterrupt
@@ -431,7 +483,7 @@ def _registry(args: argparse.Namespace) -> int:
     import signal
     import time
 
-    from connectors.testing.schema_registry import VERSION, RegistryUnavailable, schema_registry
+    from connectors.local.schema_registry import VERSION, RegistryUnavailable, schema_registry
 
     def stop(signum, frame):  # SIGTERM: the same clean stop as Ctrl-C
         raise KeyboardInterrupt
@@ -474,8 +526,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from connectors.options import OptionError
-    from connectors.redaction import redact_text
+    from connectors.core.options import OptionError
+    from connectors.core.redaction import redact_text
     from connectors.resolution import (
         QueryMayBeRunning,
         ResolveError,
@@ -526,12 +578,12 @@ def _resolve(args: argparse.Namespace) -> int:
 def _resolve_kafka_conf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
     """--kafka-config's settings, then --kafka-option's, then --bootstrap, in librdkafka's
     names."""
-    from connectors.kafka_security import translate
+    from connectors.core.kafka_java_options import translate
     from connectors.resolution import parse_key_values
 
     conf: dict[str, str] = {}
     if args.kafka_config is not None:
-        from connectors.demo.kafka_config import KafkaConfigError, load_kafka_config
+        from connectors.kafka_config_file import KafkaConfigError, load_kafka_config
 
         try:
             conf.update(load_kafka_config(args.kafka_config))

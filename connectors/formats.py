@@ -10,7 +10,7 @@ pyspark_version.require()  # before any PySpark API: an old PySpark gets the ver
 from sinks.delta import DeltaEosDataSource
 from sinks.kafka_data_source import KafkaSinkDataSource
 from sinks.postgres.data_source import PostgresEosDataSource
-from sources.kafka_source import KafkaEosDataSource as _KafkaSource
+from sources.data_source import KafkaEosDataSource as _KafkaSource
 
 
 class KafkaEosDataSource(_KafkaSource, KafkaSinkDataSource):

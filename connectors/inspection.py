@@ -2,10 +2,11 @@
 
 Per batch: the source's offsets from Spark's offset log (start = the previous batch's end),
 whether Spark committed it, the sink's transaction log (prepared, decided, committed, done)
-with the handles (Kafka transactional ids and producer id/epoch, PostgreSQL gids, Delta files),
-the age of each open Kafka transaction against its timeout, and what a restart's recovery would
-do: the plan of sinks/recovery_plan.py, the one the template's recovery carries out. Nothing is
-written and no store is contacted. Secrets never reach the output (connectors/redaction.py).
+with the handles as their sink kind describes them (sinks/kinds.py: Kafka transactional ids and
+producer id/epoch with each open transaction's age against its timeout, PostgreSQL gids, Delta
+files), and what a restart's recovery would do: the plan of sinks/recovery_plan.py, the one the
+template's recovery carries out. Nothing is written and no store is contacted. Secrets never
+reach the output (connectors/core/redaction.py).
 """
 
 from __future__ import annotations
@@ -14,8 +15,13 @@ import json
 import time
 from typing import Any
 
-from connectors.redaction import redact
+# Each sink's kind module registers its kind (sinks/kinds.py) when imported.
+import sinks.delta.kind  # noqa: F401
+import sinks.kafka_kind  # noqa: F401
+import sinks.postgres.kind  # noqa: F401
+from connectors.core.redaction import redact
 from connectors.spark_checkpoint import OffsetEntry, SparkCheckpoint, idle_seconds
+from sinks.kinds import duration_text, kind_of, sink_kind
 from sinks.recovery_plan import RecoveryPlan, plan_recovery
 from sinks.txn_log import BatchState, Handle, TransactionLog
 
@@ -33,49 +39,18 @@ def sink_log(checkpoint: SparkCheckpoint) -> TransactionLog:
     return txlog
 
 
-def handle_kind(h: Handle) -> str:
-    """Which sink wrote a handle, from its shape (the log does not name the sink)."""
-    if "transactional_id" in h:
-        return "kafka-eos"
-    if "gid" in h:
-        return "postgres-eos"
-    if "adds" in h or "staged" in h:  # append mode's data files; upsert mode's staged changes
-        return "delta-eos"
-    return "unknown"
-
-
 def describe_handle(h: Handle, now_ms: int, open_txn: bool) -> dict[str, Any]:
-    """A handle as the operator needs it; for an open Kafka transaction, its age against
-    transaction.timeout.ms (past it, Kafka aborts the transaction and the replay rewrites the
-    partition)."""
-    kind = handle_kind(h)
-    out: dict[str, Any] = {"kind": kind}
-    if kind == "kafka-eos":
-        out.update(transactional_id=h["transactional_id"], producer_id=h.get("producer_id"),
-                   producer_epoch=h.get("producer_epoch"),
-                   output_partitions=[f"{t}-{p}" for t, p in h.get("partitions", [])])
-        began, timeout = h.get("began_ms"), h.get("timeout_ms")
-        if open_txn and began and timeout:
-            age_ms = now_ms - int(began)
-            out.update(began_ms=int(began), timeout_ms=int(timeout), age_s=round(age_ms / 1000, 1),
-                       timeout_left_s=round((int(timeout) - age_ms) / 1000, 1),
-                       timed_out=age_ms >= int(timeout))
-    elif kind == "postgres-eos":
-        out.update(gid=h["gid"], xid=h.get("xid"))
-    elif kind == "delta-eos" and "staged" in h:  # upsert mode: changes staged for one MERGE
-        staged = h.get("staged", [])
-        out.update(mode="upsert", files=[s.get("file") for s in staged],
-                   rows=sum(int(s.get("rows", 0)) for s in staged),
-                   deletes=sum(int(s.get("deletes", 0)) for s in staged),
-                   bytes=sum(int(s.get("size", 0)) for s in staged),
-                   merge_keys=(h.get("upsert") or {}).get("keys"))
-    elif kind == "delta-eos":
-        adds = h.get("adds", [])
-        out.update(files=[a.get("file") for a in adds], rows=sum(int(a.get("rows", 0)) for a in adds),
-                   bytes=sum(int(a.get("size", 0)) for a in adds))
+    """A handle as the operator needs it: its kind, what its sink kind tells of it, and the
+    whole record (for scripts; redacted with the rest of the report). A handle of a kind no
+    sink registered shows its keys."""
+    name = kind_of(h)
+    kind = sink_kind(name)
+    out: dict[str, Any] = {"kind": name}
+    if kind is not None:
+        out.update(kind.describe(h, now_ms, open_txn))
     else:
         out["keys"] = sorted(h)
-    out["handle"] = h  # the whole record, for scripts (redacted with the rest of the report)
+    out["handle"] = h
     return out
 
 
@@ -302,30 +277,8 @@ def _partitions_shown(parts: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[
 
 def _handle_text(e: dict[str, Any]) -> str:
     flag = "decided" if e.get("decided") else "undecided"
-    kind = e["kind"]
-    if kind == "kafka-eos":
-        text = (f"kafka txn {e['transactional_id']} (producer {e['producer_id']}, epoch "
-                f"{e['producer_epoch']})")
-        if "age_s" in e:
-            if e["timed_out"]:
-                text += (f" open {_ago(e['age_s'], suffix='')}: PAST its timeout "
-                         f"({e['timeout_ms'] // 1000} s); Kafka aborts it, the replay rewrites it")
-            else:
-                text += (f" open {_ago(e['age_s'], suffix='')} of its {e['timeout_ms'] // 1000} s "
-                         f"timeout ({_ago(e['timeout_left_s'], suffix='')} left)")
-    elif kind == "postgres-eos":
-        text = f"postgres prepared transaction {e['gid']} (xid {e['xid']})"
-    elif kind == "delta-eos" and e.get("mode") == "upsert":
-        files = e["files"]
-        text = (f"delta upsert: {e['rows']} change(s) ({e['deletes']} delete(s)) staged in "
-                f"{len(files)} file(s) for one MERGE on {','.join(e.get('merge_keys') or [])}: "
-                + ", ".join(files[:2]) + (" ..." if len(files) > 2 else ""))
-    elif kind == "delta-eos":
-        files = e["files"]
-        text = (f"delta {len(files)} file(s), {e['rows']} rows: "
-                + ", ".join(files[:2]) + (" ..." if len(files) > 2 else ""))
-    else:
-        text = f"handle with keys {e.get('keys')}"
+    kind = sink_kind(e["kind"])
+    text = kind.text(e) if kind is not None else f"handle with keys {e.get('keys')}"
     return f"{flag} {text}"
 
 
@@ -333,10 +286,8 @@ def _o(v: int | None) -> str:
     return "?" if v is None else str(v)
 
 
-def _ago(seconds: float, suffix: str = " ago") -> str:
-    s = abs(seconds)
-    text = f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
-    return text + suffix
+def _ago(seconds: float) -> str:
+    return duration_text(seconds) + " ago"
 
 
 def render_json(report: dict[str, Any]) -> str:

@@ -16,44 +16,38 @@ see `check_not_running`.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from connectors.inspection import handle_kind, sink_log
-from connectors.options import OptionError, is_secret
-from connectors.redaction import redact
+from connectors.inspection import sink_log
+from connectors.core.options import OptionError, is_secret
+from connectors.core.redaction import redact
 from connectors.spark_checkpoint import SparkCheckpoint, idle_seconds
+from sinks.kinds import (
+    DEFAULT_COMMIT_TIMEOUT_MS,
+    PendingBatch,
+    ResolveError,
+    StoreOptions,
+    kind_of,
+    sink_kind,
+)
 from sinks.recovery_plan import RecoveryPlan, plan_recovery
-from sinks.txn_log import Handle
+from sinks.txn_log import TransactionLog
+
+if TYPE_CHECKING:
+    from sinks.two_phase_commit import SinkSettings, TwoPhaseCommitSink
 
 #: A checkpoint written to less than this long ago may belong to a running query.
 DEFAULT_MIN_IDLE_S = 600
-DEFAULT_COMMIT_TIMEOUT_MS = 60_000
 
-
-class ResolveError(RuntimeError):
-    """resolve cannot act: a missing store option, a table that does not match the log..."""
+__all__ = ["DEFAULT_COMMIT_TIMEOUT_MS", "DEFAULT_MIN_IDLE_S", "QueryMayBeRunning", "ResolveError",
+           "StoreOptions", "build_sink", "check_not_running", "parse_key_values", "render_text",
+           "resolve_checkpoint", "store_from_env_var"]
 
 
 class QueryMayBeRunning(ResolveError):
     """The checkpoint was written to recently: its query may still be running."""
-
-
-@dataclass
-class StoreOptions:
-    """What resolve needs to reach the stores (none of it recorded in the checkpoint)."""
-
-    kafka_conf: dict[str, str] = field(default_factory=dict, repr=False)  # may hold secrets
-    pg_url: str | None = field(default=None, repr=False)
-    pg_table: str | None = None
-    delta_table: str | None = None
-    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
-    app_id: str | None = None
-    commit_timeout_ms: int = DEFAULT_COMMIT_TIMEOUT_MS
 
 
 def parse_key_values(items: list[str], flag: str) -> dict[str, str]:
@@ -93,144 +87,22 @@ def check_not_running(cp: SparkCheckpoint, min_idle_s: float, now: float | None 
 # -- the stores -------------------------------------------------------------------------------
 
 
-def _settings(cp: SparkCheckpoint, name: str, store: StoreOptions):
-    from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
-
-    return SinkSettings(name=name, guarantee=EXACTLY_ONCE, checkpoint_location=cp.location,
-                        commit_timeout_ms=store.commit_timeout_ms, commit_attempts=9,
-                        retain_batches=10)
-
-
-def _kafka_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions):
-    from sinks.kafka import KafkaSink, KafkaSinkOptions
-
-    if not store.kafka_conf.get("bootstrap.servers"):
-        raise ResolveError("the log holds kafka-eos transactions: name the cluster with "
-                           "--bootstrap HOST:PORT (or bootstrap.servers in --kafka-config)")
-    prefix = handles[0]["transactional_id"].rsplit("-", 2)[0]
-    return KafkaSink(_settings(cp, "kafka-eos", store),
-                     KafkaSinkOptions(dict(store.kafka_conf), None, prefix, 60.0))
-
-
-def _postgres_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions):
-    import pyarrow as pa
-
-    from connectors import extras
-
-    extras.require("postgres")  # MissingExtra: the pip install to run
-    from sinks.postgres import PostgresOptions, PostgresSink, TableName, parse_url, redacted_url
-
-    if not store.pg_url:
-        raise ResolveError("the log holds postgres-eos prepared transactions: name the "
-                           "environment variable holding the libpq URL with --pg-url-env VAR")
-    params = parse_url(store.pg_url)
-    # The gids' prefix, from the gids themselves (`<prefix>-<batch>-<partition>-<attempt>`):
-    # the one the query derived from its checkpoint location, however it was spelt.
-    prefix = handles[0]["gid"].rsplit("-", 3)[0]
-    options = PostgresOptions(
-        url=store.pg_url, target=redacted_url(params), password=params.get("password"),
-        table=TableName.parse(store.pg_table) if store.pg_table else TableName(None, "?"),
-        create_table=False,
-        gid_prefix=prefix,
-    )
-    return PostgresSink(_settings(cp, "postgres-eos", store), options, pa.schema([]))
-
-
-def _delta_app_id(cp: SparkCheckpoint, store: StoreOptions) -> str:
-    """The app id the query's sink keys its Delta txn actions on: the writer identity its
-    first start recorded in the log (sinks/checkpoint.py), else the path-derived one."""
-    if store.app_id:
-        return store.app_id
-    from sinks.checkpoint import IDENTITY_FILE
-
-    try:
-        with cp.fs.open_input_stream(f"{cp.root}/eos-sink/{IDENTITY_FILE}") as f:
-            return "delta-eos-" + json.loads(f.read().decode("utf-8"))["writer"]
-    except FileNotFoundError:
-        return "delta-eos-" + hashlib.sha256(cp.location.encode()).hexdigest()[:16]
-
-
-def _delta_sink(cp: SparkCheckpoint, handles: list[Handle], store: StoreOptions, plan: RecoveryPlan):
-    import pyarrow as pa
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    from connectors.paths import normalise
-    from sinks.delta import DeltaSink
-    from sinks.delta.options import DEFAULT_ORPHAN_RETENTION_MS, DeltaOptions, UpsertOptions
-
-    if not store.delta_table:
-        raise ResolveError("the log holds delta-eos files: name the table with --table PATH "
-                           "(the sink's path option)")
-    path = normalise("--table", store.delta_table)
-    try:
-        table: Any = DeltaTable(path, storage_options=store.storage_options or None)
-    except TableNotFoundError:
-        table = None
-    app_id = _delta_app_id(cp, store)
-    if table is None and plan.commit:
-        raise ResolveError(
-            f"no Delta table at {path}, and batch {plan.batch_id} is decided: resolve does not "
-            "create tables (the query does, with its table properties); restart the query, or "
-            "check --table")
-    # Upsert mode's handles carry what its MERGE needs (keys, sequence): the query's options
-    # are not recorded anywhere else (sinks/delta/upsert.py).
-    upsert_spec = next((h["upsert"] for h in handles if "upsert" in h), None)
-    upsert = (UpsertOptions(keys=tuple(upsert_spec["keys"]), sequence=upsert_spec["sequence"])
-              if upsert_spec else None)
-    options = DeltaOptions(
-        path=path, partition_by=tuple(table.metadata().partition_columns) if table else (),
-        merge_schema=False, app_id=app_id, app_id_explicit=bool(store.app_id),
-        orphan_retention_ms=DEFAULT_ORPHAN_RETENTION_MS, storage_options=dict(store.storage_options),
-        upsert=upsert,
-    )
-    schema = pa.schema(table.schema().to_arrow()) if table else pa.schema([])
-    if upsert is not None:
-        from sinks.delta.upsert import DeltaUpsertSink
-
-        if table is None:  # nothing to merge into: only aborts reach the store (see above)
-            schema = pa.schema([pa.field(c, pa.int64()) for c in (*upsert.keys, upsert.sequence)])
-        return DeltaUpsertSink(_settings(cp, "delta-eos", store), options, schema)
-    sink = DeltaSink(_settings(cp, "delta-eos", store), options, schema)
-    if table is not None and plan.commit:
-        _check_delta_app_id(sink, table, plan)
-    return sink
-
-
-def _check_delta_app_id(sink, table, plan: RecoveryPlan) -> None:
-    """A wrong app id would make a committed batch look uncommitted, and resolve commit it
-    again: refuse when the table already references the batch's files but has no txn for it."""
-    from sinks.delta.referenced_files import referenced_files
-
-    if sink.isCommitted(plan.batch_id):
-        return
-    fs, root = sink._fs()
-    files = {a["file"] for h in plan.commit.values() for a in h.get("adds", [])}
-    if files & referenced_files(table, fs, root):
-        raise ResolveError(
-            f"the table at {sink.options.path} already holds files of batch {plan.batch_id}, "
-            f"but no txn action of app id {sink.options.app_id} says so: the query's sink "
-            "uses another appId; give it with --app-id")
-
-
-def build_sink(cp: SparkCheckpoint, plan: RecoveryPlan, store: StoreOptions):
-    """The store's own sink for the handles of one batch (their shape tells which store)."""
-    handles = [*plan.commit.values(), *plan.abort]
-    kinds = {handle_kind(h) for h in handles}
+def build_sink(txlog: TransactionLog, plan: RecoveryPlan, store: StoreOptions) -> TwoPhaseCommitSink:
+    """The store's own sink for the handles of one batch, built by the sink kind they record
+    (sinks/kinds.py)."""
+    batch = PendingBatch(txlog, plan, store)
+    kinds = {kind_of(h) for h in batch.handles}
     if not kinds:
-        return _storeless_sink(_settings(cp, "none", store))
-    if len(kinds) > 1 or "unknown" in kinds:
+        return _storeless_sink(batch.settings("none"))
+    kind = sink_kind(kinds.pop()) if len(kinds) == 1 else None
+    if kind is None:
         raise ResolveError(f"batch {plan.batch_id}: handles of an unknown or mixed kind "
-                           f"({sorted(kinds)}): not settled by resolve")
-    kind = kinds.pop()
-    if kind == "kafka-eos":
-        return _kafka_sink(cp, handles, store)
-    if kind == "postgres-eos":
-        return _postgres_sink(cp, handles, store)
-    return _delta_sink(cp, handles, store, plan)
+                           f"({sorted({kind_of(h) for h in batch.handles})}): not settled by "
+                           "resolve")
+    return kind.recovery_sink(batch)
 
 
-def _storeless_sink(settings):
+def _storeless_sink(settings: SinkSettings) -> TwoPhaseCommitSink:
     """A sink for a batch whose plan touches no store (a log entry without handles): the
     writer marks or forgets the batch and calls nothing of it."""
     from sinks.two_phase_commit import TwoPhaseCommitSink
@@ -259,10 +131,10 @@ def resolve_checkpoint(location: str, store: StoreOptions, *, apply: bool, force
     for batch_id in txlog.pending():
         plan = plan_recovery(txlog.state(batch_id))
         entry: dict[str, Any] = {"batch": batch_id, "steps": plan.steps(),
-                                 "sink": sorted({handle_kind(h) for h in
+                                 "sink": sorted({kind_of(h) for h in
                                                  [*plan.commit.values(), *plan.abort]})}
         if apply:
-            entry.update(_apply(cp, txlog, plan, store))
+            entry.update(_apply(txlog, plan, store))
         batches.append(entry)
     # A kill while Spark wrote batch 0's offsets: Spark refuses to start until it is gone.
     leftovers = cp.remove_unfinished_first_offsets() if apply else cp.unfinished_first_offsets()
@@ -275,10 +147,10 @@ def resolve_checkpoint(location: str, store: StoreOptions, *, apply: bool, force
     })
 
 
-def _apply(cp: SparkCheckpoint, txlog, plan: RecoveryPlan, store: StoreOptions) -> dict[str, Any]:
+def _apply(txlog: TransactionLog, plan: RecoveryPlan, store: StoreOptions) -> dict[str, Any]:
     from sinks.two_phase_commit import TwoPhaseCommitWriter
 
-    sink = build_sink(cp, plan, store)
+    sink = build_sink(txlog, plan, store)
     started = time.monotonic()
     lost = TwoPhaseCommitWriter(sink).recover_batch(txlog, plan)
     result = ("forgotten" if plan.forget else

@@ -2,8 +2,8 @@
 query id, and how recently anything in it was written.
 
 For the operator commands (`inspect`, `resolve`). Everything goes through pyarrow.fs
-(connectors/paths.py `resolve`), so a checkpoint on `s3://`, `gs://`, `abfss://` reads like a
-local one. Spark's layout (PySpark 4.3):
+(connectors/core/paths.py `resolve_location`), so a checkpoint on `s3://`, `gs://`,
+`abfss://` reads like a local one. Spark's layout (PySpark 4.3):
 
     <checkpoint>/metadata         {"id": "<query uuid>"}
     <checkpoint>/offsets/<n>      "v1", Spark's batch metadata JSON, then one line per source
@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from connectors.paths import Location, resolve
+from connectors.core.paths import Location, resolve_location
 from sinks import checkpoint
 from sinks.txn_log import LOG_DIR
 from sources.offsets import TOPIC_IDS_KEY
@@ -51,7 +51,7 @@ class SparkCheckpoint:
 
     def __init__(self, location: str) -> None:
         try:
-            self.loc: Location = resolve("checkpoint", location)
+            self.loc: Location = resolve_location("checkpoint", location)
         except ValueError as e:
             raise NotACheckpoint(str(e)) from None
         self.location = self.loc.uri

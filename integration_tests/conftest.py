@@ -7,28 +7,32 @@ import tempfile
 
 import pytest
 
-from connectors.logs import LEVEL_ENV
-from connectors.testing import Broker, kafka_broker, local_spark
-from connectors.testing.class_sharing import SPARK_CDS_ENV, ensure_archive
+from connectors.core.logs import LEVEL_ENV
+from connectors.local.broker import Broker
+from connectors.local.spark import SPARK_CDS_ENV, local_spark
+from integration_tests.support.brokers import kafka_broker
+from integration_tests.support.class_sharing import ensure_archive
 from sources.batch_metrics import SOURCE_METRICS_ENV
 from sources.consumer_pool import STATS_ENV
 
 # Before any Spark starts, so its Python workers inherit it: the source's consumer pool counts
-# created and reused consumers there (integration_tests/test_consumer_pool.py reads them).
+# created and reused consumers there (integration_tests/source/test_consumer_pool.py reads them).
 os.environ.setdefault(STATS_ENV, tempfile.mkdtemp(prefix="kafka-eos-pool-stats-"))
-# Likewise the source's per-batch metrics lines (integration_tests/test_source_monitoring.py).
+# Likewise the source's per-batch metrics lines
+# (integration_tests/source/test_source_monitoring.py).
 os.environ.setdefault(SOURCE_METRICS_ENV, os.path.join(
     tempfile.mkdtemp(prefix="kafka-eos-source-metrics-"), "batches.jsonl"))
 # The suite opts in to the package's structured log lines, as the CLI and the demo do
-# (connectors/logs.py): its Spark sessions and pipelines log them with level and logger name,
-# which a failure's output shows and integration_tests/test_quiet_stop.py searches.
+# (connectors/core/logs.py): its Spark sessions and pipelines log them with level and logger
+# name, which a failure's output shows and integration_tests/operations/test_quiet_stop.py searches.
 os.environ.setdefault(LEVEL_ENV, "INFO")
 
 
 # Before any Spark starts, too: every driver JVM of the run (this process's, the pipelines',
 # the demo's) maps one class-data-sharing archive of Spark's classes, dumped once per machine
 # into the jars' cache, instead of loading them from the jars again (about 6-8 s of CPU per
-# Spark start; connectors/testing/class_sharing.py). Without one the suite only runs slower.
+# Spark start; integration_tests/support/class_sharing.py). Without one the suite only runs
+# slower.
 if SPARK_CDS_ENV not in os.environ:
     os.environ[SPARK_CDS_ENV] = str(ensure_archive() or "")
 
@@ -37,17 +41,21 @@ if SPARK_CDS_ENV not in os.environ:
 #: handed out first, so that the two xdist workers of the default run (pyproject.toml's addopts,
 #: `--dist loadfile --no-loadscope-reorder`: xdist's own reordering, by number of tests per
 #: module, would hand the one-test crash matrices out last) end together instead of one running
-#: a long module alone at the end. From the suite's junit durations on 2 cores, 2026-11-26; the
-#: cluster lanes (3-node clusters, broker restarts, network cuts) from their own runs, 2026-11-27.
+#: a long module alone at the end. By module basename, whichever sub-package holds it (basenames
+#: are unique: tests/test_architecture.py checks). From the suite's junit durations on 2 cores,
+#: 2026-11-26; the cluster lanes (3-node clusters, broker restarts, network cuts) from their own
+#: runs, and the Schema Registry, many-topics and deep-backlog modules from the suite's
+#: durations (about 170, 90, 20, 45 and 30 s), 2026-11-27.
 LONGEST_FIRST = (
     "test_cluster_faults", "test_kafka_crash_matrix", "test_network_partitions",
-    "test_postgres_crash_matrix", "test_delta_crash_matrix",
+    "test_schema_registry_source", "test_postgres_crash_matrix", "test_delta_crash_matrix",
     "test_delta_upsert_crash_matrix", "test_chained_kafka", "test_operations",
-    "test_secured_clusters", "test_demo", "test_benchmarks_smoke", "test_streaming",
-    "test_peers_interop", "test_delta_s3", "test_kafka_sink_reset", "test_delta_operations",
-    "test_delta_sink", "test_first_pipeline", "test_postgres_sink", "test_demo_secured",
-    "test_kafka_sink_commit", "test_kill_restart", "test_secured_refusals", "test_quiet_stop",
-    "test_spark_connect", "test_batch_write", "test_storage_faults", "test_kafka_cluster",
+    "test_secured_clusters", "test_schema_registry_sink", "test_demo", "test_benchmarks_smoke",
+    "test_streaming", "test_peers_interop", "test_delta_s3", "test_kafka_sink_reset",
+    "test_delta_operations", "test_delta_sink", "test_first_pipeline", "test_postgres_sink",
+    "test_demo_secured", "test_kafka_sink_commit", "test_many_topics", "test_kill_restart",
+    "test_secured_refusals", "test_quiet_stop", "test_deep_backlog", "test_spark_connect",
+    "test_batch_write", "test_storage_faults", "test_schema_registry_server", "test_kafka_cluster",
     "test_netns",
 )
 
@@ -63,7 +71,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    from connectors.testing.broker import broker_choice
+    from integration_tests.support.brokers import broker_choice
 
     archive = os.environ.get(SPARK_CDS_ENV) or "none (Spark loads its classes from its jars)"
     return f"Kafka broker: {broker_choice()}\nSpark class-data-sharing archive: {archive}"
@@ -80,7 +88,8 @@ def broker() -> Broker:
 def broker_v3() -> Broker:
     """Apache Kafka 3.9 (transaction version before KIP-890 part 2), started on first use: the
     second cluster generation of the Kafka sink's commit tests, crash matrix and kill-restart."""
-    from connectors.testing.apache_kafka import GENERATION_3, apache_kafka_broker
+    from connectors.local.apache_kafka import GENERATION_3
+    from integration_tests.support.brokers import apache_kafka_broker
 
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         pytest.skip("KAFKA_BOOTSTRAP_SERVERS names the cluster under test: the 3.9 lane starts "
@@ -108,8 +117,8 @@ def freezable_broker(broker: Broker) -> Broker:
 @pytest.fixture(scope="session")
 def secured_kafka(broker: Broker) -> Broker:
     """The Apache Kafka node whose own secured listeners the secured tests use: the session's
-    broker when it is one (integration_tests/secured.py)."""
-    from integration_tests.secured import secured_kafka_broker
+    broker when it is one (integration_tests/support/secured.py)."""
+    from integration_tests.support.secured import secured_kafka_broker
 
     with secured_kafka_broker(broker) as b:
         yield b
@@ -130,7 +139,7 @@ def spark():
 @pytest.fixture(scope="session")
 def postgres():
     """A throwaway PostgreSQL server for the postgres-eos tests, or a skip saying why not."""
-    from connectors.testing.postgres import postgres_server, unavailable_reason
+    from integration_tests.support.postgres import postgres_server, unavailable_reason
 
     reason = unavailable_reason()
     if reason:
@@ -145,7 +154,7 @@ def schema_registry():
     """A real Confluent-compatible Schema Registry (Apicurio, on loopback, global compatibility
     BACKWARD), started on first use: one per pytest worker, shared by its modules. Subjects
     outlive a test: name them after the test's own topic."""
-    from connectors.testing.schema_registry import schema_registry as started
+    from connectors.local.schema_registry import schema_registry as started
 
     with started() as registry:
         print(f"\nSchema Registry for this run: {registry.url}")
@@ -162,7 +171,8 @@ def schema_registry_url(schema_registry) -> str:
 def secured_schema_registry():
     """A second registry serving HTTPS only with basic auth, started on first use;
     `.client_config()` gives a client's settings (url, ssl.ca.location, basic.auth.user.info)."""
-    from connectors.testing.schema_registry import schema_registry as started
+    from connectors.local.schema_registry import schema_registry as started
+    from integration_tests.support.certs import generate_test_pki
 
-    with started(secured=True) as registry:
+    with started(make_pki=generate_test_pki) as registry:
         yield registry

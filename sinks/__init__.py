@@ -6,9 +6,12 @@
     txn_log.py, recovery_plan.py, checkpoint.py, target_identity.py, faults.py
                          what the template keeps under the checkpoint, how a restart recovers,
                          the table a checkpoint commits into, the crash matrix's kill points
+    kinds.py             the sink kinds: how inspect and resolve describe and settle each
+                         sink's handles (every handle records its kind)
     data_source.py       TwoPhaseCommitDataSource: a sink's format, from options to a writer
     delta/               delta-eos: Parquet files, then one Delta commit per batch (delta-rs)
-    kafka.py, kafka_commit.py, kafka_data_source.py
+    kafka.py, kafka_commit.py, kafka_data_source.py, kafka_ids.py, kafka_handles.py,
+    kafka_kind.py
                          kafka-eos: Kafka transactions prepared by tasks, ended by the driver
     postgres/            postgres-eos: PREPARE TRANSACTION / COMMIT PREPARED
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from connectors.paths import resolve
+from connectors.core.paths import resolve_location
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -23,12 +23,12 @@ IDENTITY_FILE = "identity.json"
 
 
 def _retried(fs: pafs.FileSystem, what: str, fn):
-    """Object storage: retried while it fails transiently (connectors.storage)."""
+    """Object storage: retried while it fails transiently (sinks/storage_retries.py)."""
     if fs.type_name == "local":
         return fn()
     import logging
 
-    from connectors.storage import with_storage_retries
+    from sinks.storage_retries import with_storage_retries
 
     return with_storage_retries(fn, f"checkpoint: {what}", log=logging.getLogger("kafka_eos.sink"))
 
@@ -46,7 +46,7 @@ def _read(fs: pafs.FileSystem, path: str) -> bytes | None:
 
 def query_id(checkpoint_location: str) -> str | None:
     """The id Spark gave the query that owns this checkpoint, if it has started."""
-    loc = resolve("checkpointLocation", checkpoint_location)
+    loc = resolve_location("checkpointLocation", checkpoint_location)
     raw = _read(loc.fs, f"{loc.path}/metadata")
     return json.loads(raw.decode("utf-8")).get("id") if raw else None
 
@@ -55,10 +55,17 @@ def last_committed_batch(checkpoint_location: str) -> int:
     """The last batch Spark logged in `<checkpoint>/commits`; -1 if none."""
     import pyarrow.fs as pafs
 
-    loc = resolve("checkpointLocation", checkpoint_location)
+    loc = resolve_location("checkpointLocation", checkpoint_location)
     selector = pafs.FileSelector(f"{loc.path}/commits", allow_not_found=True)
     infos = _retried(loc.fs, f"listing {selector.base_dir}", lambda: loc.fs.get_file_info(selector))
     return max((int(i.base_name) for i in infos if i.base_name.isdigit()), default=-1)
+
+
+def recorded_writer_identity(txlog: TransactionLog) -> str | None:
+    """The writer identity recorded in a checkpoint's transaction log; None before its first
+    exactly-once start (and in checkpoints of versions that recorded none)."""
+    raw = txlog.read_record(IDENTITY_FILE)
+    return json.loads(raw.decode("utf-8"))["writer"] if raw else None
 
 
 def writer_identity(checkpoint_location: str, *, legacy: str) -> str:
@@ -66,7 +73,7 @@ def writer_identity(checkpoint_location: str, *, legacy: str) -> str:
     the transaction log: the query id for a new checkpoint; `legacy` (the path-derived id of
     earlier versions) for a checkpoint that already has batches, so that upgrading never
     changes the key under which the store recorded them."""
-    loc = resolve("checkpointLocation", checkpoint_location)
+    loc = resolve_location("checkpointLocation", checkpoint_location)
     path = f"{loc.path}/{LOG_DIR}/{IDENTITY_FILE}"
     raw = _read(loc.fs, path)
     if raw:

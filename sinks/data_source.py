@@ -26,7 +26,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from connectors.options import OptionError, Options
+from connectors.core.options import OptionError, Options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,7 +48,7 @@ class TwoPhaseCommitDataSource(DataSource):
     option_prefixes: ClassVar[tuple[str, ...]] = ()
     #: The sink's own options a batch write (`df.write`) takes; None: no batch writes.
     batch_sink_options: ClassVar[tuple[str, ...] | None] = None
-    #: The pip extra holding the sink's libraries (connectors/extras.py), if it has one.
+    #: The pip extra holding the sink's libraries (connectors/core/extras.py), if it has one.
     extra: ClassVar[str | None] = None
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -90,7 +90,7 @@ class TwoPhaseCommitDataSource(DataSource):
         return self._sink(schema, overwrite, batch=True).batchWriter()
 
     def _sink(self, schema: StructType, overwrite: bool, *, batch: bool) -> TwoPhaseCommitSink:
-        from connectors import extras
+        from connectors.core import extras
         from sinks.two_phase_commit import SinkSettings, reject_unknown_options
 
         if overwrite:

@@ -13,7 +13,6 @@ template's.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import time
@@ -33,7 +32,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.kafka_client import (
+from connectors.core.kafka_client import (
     RETRY_TIMEOUT_OPTION,
     KafkaRetriesExhausted,
     RetryPolicy,
@@ -61,9 +60,9 @@ from sinks.kafka_commit import (
     fence_transactional_id,
     transaction_outcome,
 )
-from connectors.options import OptionError, Options
-from connectors.schema_registry.encoding import EncodingPlan, encoder_for
-from connectors.schema_registry.sink_schema import (
+from connectors.core.options import OptionError, Options
+from connectors.core.schema_registry.encoding import EncodingPlan, encoder_for
+from connectors.core.schema_registry.sink_schema import (
     SINK_OPTION_PREFIXES,
     SinkRegistry,
     parse_sink_registries,
@@ -78,11 +77,13 @@ from sinks.two_phase_commit import (
     TransactionLost,
     TwoPhaseCommitSink,
 )
+from connectors.core.kafka_format import FORMAT_NAME
+from sinks.kafka_handles import KafkaHandle, kafka_handle
+from sinks.kafka_ids import acl_check_id, default_prefix, parse_transactional_id, transactional_id
 from sinks.txn_log import Handle, TransactionLog
 
 log = logging.getLogger("kafka_eos.sink.kafka")
 
-FORMAT_NAME = "kafka-eos"
 #: The sink's own options (besides the template's and `kafka.*`); anything else is refused.
 OPTIONS = ("topic", "transactionalIdPrefix", "flushTimeout", RETRY_TIMEOUT_OPTION,
            *sink_option_names())
@@ -350,10 +351,8 @@ def transactional_producer_conf(kafka_conf: dict[str, str]) -> dict[str, Any]:
     """A task's transactional producer: as every producer, and connected to the cluster's
     brokers as soon as it learns them (`enable.sparse.connections=false`, unless the user set
     it). With sparse connections (librdkafka's default) a fresh producer's init_transactions
-    often waits ~500 ms: librdkafka drops its bootstrap connection once metadata names the
-    brokers, finds no broker up to ask for the transaction coordinator, and retries on a 500 ms
-    timer (measured with librdkafka 2.16: about one init in two took 505-620 ms, the others
-    50-80 ms; with this setting 4-12 ms). The producer lives for one task, and connects to the
+    often waits ~500 ms for a broker to ask for its coordinator
+    (docs/design.md#a-transactional-producers-first-init). The producer lives for one task, and connects to the
     leaders of the partitions it writes anyway; the price is a connection to each broker."""
     conf = producer_conf(kafka_conf)
     conf.setdefault("enable.sparse.connections", "false")
@@ -568,22 +567,6 @@ class _AttemptNotes:
 ATTEMPTS_DIR = "eos-sink-kafka-attempts"
 
 
-def transactional_id(prefix: str, partition: int, attempt: int) -> str:
-    """One id per (partition, attempt): no attempt fences another (a speculative copy's
-    init_transactions does not abort the accepted attempt's prepared transaction), and the id
-    space stays bounded (never per batch: ids live in the coordinator for
-    transactional.id.expiration.ms)."""
-    return f"{prefix}-{partition}-{attempt}"
-
-
-def default_prefix(checkpoint_location: str | None, bootstrap: str, topic: str | None) -> str:
-    """Derived from the checkpoint *path*: a query started on a reset (deleted and recreated)
-    checkpoint uses the same ids, so its first tasks fence its predecessor's open transactions
-    at once instead of leaving them to hold read_committed readers until they time out."""
-    origin = checkpoint_location or f"{bootstrap}/{topic}"
-    return "kafka-eos-" + hashlib.sha256(origin.encode()).hexdigest()[:16]
-
-
 class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
     commits_per_partition = True  # each task's transaction is its own
     #: EndTxn of several partitions in flight at once (the commit client is thread-safe)
@@ -673,7 +656,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         key = (_conf_key(self.options.kafka_conf), self.options.prefix)
         if key in _ACL_CHECKED:
             return
-        tid = f"{self.options.prefix}-acl-check"
+        tid = acl_check_id(self.options.prefix)
         try:
             fence_transactional_id(self.options.kafka_conf, tid,
                                    self.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -803,7 +786,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         if txn.errors and isinstance(txn.errors[0], KafkaError) and txn.errors[0].fatal():
             raise KafkaException(txn.errors[0])
 
-    def preCommit(self, txn: KafkaTxn) -> Handle:
+    def preCommit(self, txn: KafkaTxn) -> KafkaHandle | Handle:
         producer = txn.producer
         deadline = time.monotonic() + self.options.flush_timeout_s
         while _fatal_from(txn, producer.flush, 1.0) > 0:
@@ -830,17 +813,13 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             producer.poll(0.05)
         eos = txn.stats["eos"]
         written = _partitions_written(txn.stats)
-        handle: Handle = {
-            "partitions": written,
-            "transactional_id": txn.transactional_id,
-            "producer_id": eos["producer_id"],
-            "producer_epoch": eos["producer_epoch"],
-            "began_ms": txn.began_ms,
-            "timeout_ms": txn.timeout_ms,
+        handle = kafka_handle(
+            txn.transactional_id, eos["producer_id"], eos["producer_epoch"],
+            partitions=written, began_ms=txn.began_ms, timeout_ms=txn.timeout_ms,
             # Where the output can be read to settle this transaction if its commit is refused
-            "scan_from": [[t, p, self.scan_from[(t, p)]]
-                          for t, p in written if (t, p) in self.scan_from],
-        }
+            scan_from=[[t, p, self.scan_from[(t, p)]]
+                       for t, p in written if (t, p) in self.scan_from],
+        )
         # Drop the producer without committing: the transaction stays open on the broker
         # until the driver ends it (docs/design.md#kafka-commits).
         txn.producer = None
@@ -866,7 +845,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         for partition, h in handles.items():
             self._commit_one(batchId, partition, h)
 
-    def _commit_one(self, batch_id: int, partition: int, h: Handle) -> None:
+    def _commit_one(self, batch_id: int, partition: int, h: KafkaHandle) -> None:
         txn = _prepared(h)
         try:
             # no answer, no connection, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...:
@@ -890,7 +869,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
             refusal = e
         self._settle(batch_id, partition, h, refusal)
 
-    def _settle(self, batch_id: int, partition: int, h: Handle, refusal: Exception) -> None:
+    def _settle(self, batch_id: int, partition: int, h: KafkaHandle, refusal: Exception) -> None:
         """The coordinator would not commit the handle: ask the output whether its transaction
         was committed before (a repeated commit after a fence or an id expiry), aborted, or is
         still open. A committed transaction is never taken for lost; nothing is guessed."""
@@ -962,8 +941,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         or killed. Ids never used cost a coordinator entry each, on this failure path only."""
         self.abort(handles)
         attempts = max([BATCH_ABORT_ATTEMPTS - 1] + [
-            int(h["transactional_id"].rsplit("-", 1)[1]) for h in handles
-            if "transactional_id" in h
+            parsed.attempt for h in handles
+            if (parsed := parse_transactional_id(h.get("transactional_id", ""))) is not None
         ])
         timeout_ms = self.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
         tids = [transactional_id(self.options.prefix, partition, attempt)
@@ -1027,11 +1006,11 @@ def _partitions_written(stats: dict) -> list[list]:
     )
 
 
-def _prepared(h: Handle) -> PreparedTxn:
+def _prepared(h: KafkaHandle) -> PreparedTxn:
     return PreparedTxn(h["transactional_id"], int(h["producer_id"]), int(h["producer_epoch"]))
 
 
-def _scan_starts(h: Handle) -> dict[tuple[str, int], int | None]:
+def _scan_starts(h: KafkaHandle) -> dict[tuple[str, int], int | None]:
     """Each partition the handle's transaction wrote -> where to read it from (None: the log
     start, for handles without the batch's end offsets)."""
     starts = {(t, int(p)): int(o) for t, p, o in h.get("scan_from", [])}

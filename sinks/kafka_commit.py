@@ -7,8 +7,8 @@ type 1, the transaction coordinator of the transactional id) and EndTxn(transact
 producer id, epoch, committed). Every message is encoded and decoded by kafka-python's protocol
 layer, and every error code is named by `kafka.errors`. The transport is kafka-python's client
 and connection layer (`CommitClient`), configured from the sink's own `kafka.*` options
-(connectors/kafka_security.py), so the commit speaks the cluster's TLS and SASL as the tasks'
-producers do; a cluster that refuses it (credentials, certificate, protocol) raises
+(connectors/core/kafka_python_security.py), so the commit speaks the cluster's TLS and SASL as
+the tasks' producers do; a cluster that refuses it (credentials, certificate, protocol) raises
 `ClusterRefused`, naming the options to check.
 
 What an EndTxn error means (`classify`):
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from connectors.kafka_security import connection_hint, kafka_python_config
+from connectors.core.kafka_python_security import connection_hint, kafka_python_config
 
 if TYPE_CHECKING:
     from kafka.net.compat import KafkaNetClient

@@ -12,14 +12,13 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
-from connectors.options import Options
+from connectors.core.kafka_format import FORMAT_NAME
+from connectors.core.options import Options
 from sinks.data_source import TwoPhaseCommitDataSource
 
 if TYPE_CHECKING:
     from sinks.kafka import KafkaSink
     from sinks.two_phase_commit import SinkSettings
-
-FORMAT_NAME = "kafka-eos"
 
 
 class KafkaSinkDataSource(TwoPhaseCommitDataSource):

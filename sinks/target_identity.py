@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import threading
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sinks.checkpoint import last_committed_batch
 from sinks.txn_log import TransactionLog
 

@@ -57,9 +57,9 @@ from tenacity import (
     wait_exponential,
 )
 
-from connectors import logs
-from connectors.options import OptionError, Options
-from connectors.paths import normalise
+from connectors.core import logs
+from connectors.core.options import OptionError, Options
+from connectors.core.paths import normalise
 from sinks import faults
 from sinks.recovery_plan import RecoveryPlan, plan_recovery
 from sinks.txn_log import Handle, TransactionLog

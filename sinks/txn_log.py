@@ -9,7 +9,7 @@ Layout, one directory per micro-batch, every file written once and never changed
         done                                  driver: every partition of the batch is in
 
 Written through `pyarrow.fs`, so the checkpoint may be local, `s3://`, `hdfs://`, ...
-(connectors/paths.py maps the schemes Spark users write). A record is written once and never
+(connectors/core/paths.py maps the schemes Spark users write). A record is written once and never
 replaced, so a reader never sees half of one: on a local disk it is written to a temporary name
 and hard-linked into place (which fails if the name exists); object stores have no atomic
 rename, but a PUT is atomic, so there it is written in place. Decisions carry their writer's
@@ -19,10 +19,10 @@ looking pending.
 
 On a store other than the local disk every read, listing, delete and object write is retried
 while it fails transiently (a 5xx or SlowDown, a reset connection, a timeout), for up to
-connectors.storage.STORAGE_RETRY_TIMEOUT_S: each is idempotent (a record's content is fixed by
+sinks.storage_retries.STORAGE_RETRY_TIMEOUT_S: each is idempotent (a record's content is fixed by
 its name), so a retry of one that landed unseen writes the same record again. Without it, one
 request that pyarrow's client gave up on failed the batch, or the next one's planning
-(integration_tests/test_storage_faults.py).
+(integration_tests/operations/test_storage_faults.py).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from connectors.paths import resolve
-from connectors.storage import with_storage_retries
+from connectors.core.paths import resolve_location
+from sinks.storage_retries import with_storage_retries
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -82,7 +82,7 @@ class BatchState:
 class TransactionLog:
     def __init__(self, checkpoint_location: str, filesystem: pafs.FileSystem | None = None) -> None:
         if filesystem is None:
-            location = resolve("checkpointLocation", checkpoint_location)
+            location = resolve_location("checkpointLocation", checkpoint_location)
             filesystem, path = location.fs, location.path
         else:
             path = checkpoint_location
@@ -211,6 +211,18 @@ class TransactionLog:
     def write_record(self, name: str, payload: bytes) -> None:
         """A record of the whole log (not of a batch), written once: FileExistsError if there."""
         self._write(f"{self.root}/{name}", payload, exclusive=True)
+
+    def read_record(self, name: str) -> bytes | None:
+        """A record `write_record` wrote; None if there is none."""
+
+        def read() -> bytes | None:
+            try:
+                with self.fs.open_input_stream(f"{self.root}/{name}") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return None
+
+        return self._retried(f"reading {self.root}/{name}", read)
 
     def batches(self) -> list[int]:
         return sorted(int(n) for n in self._names(self.root) if n.isdigit())

@@ -7,7 +7,7 @@ bounded too (the slowest and the furthest behind, DETAIL_PARTITIONS each), is a 
 both are appended as one JSON line to the file named by KAFKA_EOS_SOURCE_METRICS_FILE when
 set. The sinks' file (KAFKA_EOS_METRICS_FILE) is not shared: its readers (the demo, the
 benchmarks) take every line there for a sink's. The lines are written where the application
-opted in (connectors/logs.py): the package adds no handler of its own.
+opted in (connectors/core/logs.py): the package adds no handler of its own.
 
 Offsets behind latest are Spark's Kafka source's metrics (`avgOffsetsBehindLatest`, ...): for
 each partition, the latest offset known when the batch was planned minus the batch's end.
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connectors import logs
+from connectors.core import logs
 from sources.offsets import OffsetRange, PartitionOffsets, TopicPartition
 
 log = logging.getLogger("kafka_eos.source")

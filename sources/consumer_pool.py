@@ -23,7 +23,6 @@ librdkafka client does not survive a fork.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -35,7 +34,8 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from connectors.kafka_client import consumer_conf
+from connectors.core.digest import short_digest
+from connectors.core.kafka_client import consumer_conf
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def pool_key(conf: Mapping[str, Any]) -> str:
     """A digest of the whole configuration: consumers are shared only between identical
     configurations, and the key can be logged without showing any value."""
     text = json.dumps(sorted((str(k), str(v)) for k, v in conf.items()))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return short_digest(text)
 
 
 @dataclass

@@ -1,9 +1,7 @@
 """`readMode=driver`: the driver reads each micro-batch itself.
 
-A micro-batch read by Spark tasks costs a Python task per range whatever its size: measured on
-2 cores, a Python source that yields a ready-made 100-row batch into Spark's `noop` sink takes
-about 230 ms a batch against 110 ms for Spark's own `rate` source; most of a small batch's time
-is that task, not Kafka. PySpark's SimpleDataSourceStreamReader reads on the driver instead:
+A micro-batch read by Spark tasks costs a Python task per range whatever its size, and most
+of a small batch's time is that task, not Kafka (docs/design.md#a-python-tasks-fixed-cost). PySpark's SimpleDataSourceStreamReader reads on the driver instead:
 its Arrow batches go to the JVM with the batch's plan, and no Python task runs to read them.
 For a trickle (hundreds of records per trigger) that is the faster path; for large batches it is
 not (one process reads everything, and holds the batch until Spark plans it), hence an option,
@@ -24,13 +22,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 
 from sources.kafka_options import KafkaSourceOptions
+from sources.kafka_source import KafkaStreamReader, read_partition
 from sources.registry_columns import RegistryColumns
 
 
 class KafkaDriverStreamReader(SimpleDataSourceStreamReader):
     def __init__(self, options: KafkaSourceOptions, columns: RegistryColumns | None = None) -> None:
-        from sources.kafka_source import KafkaStreamReader
-
         self.options = options
         self.columns = columns
         self._reader = KafkaStreamReader(options, columns)
@@ -56,7 +53,5 @@ class KafkaDriverStreamReader(SimpleDataSourceStreamReader):
         """The batch's Arrow record batches, read now (PySpark copies the iterator it caches,
         so a list, not a generator). PySpark takes record batches from simple readers as they
         are (`records_to_arrow_batches`): no row becomes a Python object."""
-        from sources.kafka_source import read_partition
-
         return [batch for partition in self._reader.partitions(start, end)
                 for batch in read_partition(self.options, partition, self.columns)]

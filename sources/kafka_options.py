@@ -11,17 +11,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
-from connectors.kafka_client import RETRY_TIMEOUT_OPTION, RetryPolicy, librdkafka_conf
-from connectors.options import OptionError, Options
-from connectors.schema_registry.options import OPTION_PREFIX as REGISTRY_PREFIX
-from connectors.schema_registry.options import RegistryOptions, registry_option_names
-from connectors.paths import normalise
+from connectors.core.kafka_client import RETRY_TIMEOUT_OPTION, RetryPolicy, librdkafka_conf
+from connectors.core.options import OptionError, Options
+from connectors.core.schema_registry.options import OPTION_PREFIX as REGISTRY_PREFIX
+from connectors.core.schema_registry.options import RegistryOptions, registry_option_names
+from connectors.core.paths import normalise
 from sources.offsets import PartitionOffsets, parse_offsets_option
 from sources.task_packing import DEFAULT_TARGET_TASKS
+from connectors.core.kafka_format import FORMAT_NAME
 
 log = logging.getLogger(__name__)
 
-FORMAT_NAME = "kafka-eos"
 SUBSCRIPTION_OPTIONS = ("subscribe", "subscribePattern", "assign")
 
 #: Every option the source reads, named as Spark's Kafka source names them (plus ours), besides
@@ -56,7 +56,7 @@ KNOWN_OPTIONS = (
     "commitOffsetsToGroup",  # ours: commit each completed batch's end offsets to kafka.group.id
     "taskMetricsLocation",  # ours: where tasks leave read times for the batch metrics line
     "readMode",  # ours: tasks (default) or driver (sources/driver_reader.py)
-    # ours: Schema Registry formats of the value and key (connectors/schema_registry)
+    # ours: Schema Registry formats of the value and key (connectors/core/schema_registry)
     *registry_option_names(),
 )
 #: Option families the source accepts whatever follows the prefix: Kafka and Schema Registry

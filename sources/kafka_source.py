@@ -1,4 +1,5 @@
-"""`kafka-eos`: the replayable Kafka source (streaming and batch).
+"""`kafka-eos`: the replayable Kafka source's readers (streaming and batch; the data source
+that makes them is sources/data_source.py).
 
 Its offsets are the query's state: Spark writes each batch's end offsets to the checkpoint's
 offset log before the batch runs, and a restarted query replays a logged batch from exactly
@@ -16,14 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.errors import PySparkNotImplementedError
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    InputPartition,
-    SimpleDataSourceStreamReader,
-)
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -31,24 +25,23 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
 
-from connectors.options import OptionError
+from connectors.core.kafka_format import FORMAT_NAME
+from connectors.core.options import OptionError
+from connectors.core.worker_gc import freeze_long_lived
 from sources import offsets as off
 from sources.batch_metrics import PlannedBatch, batch_detail, batch_line, emit
 from sources.group_commit import GroupOffsetCommitter
-from sources.kafka_options import TASK_METRICS_OFF, KafkaSourceOptions, parse_source_options
+from sources.kafka_options import TASK_METRICS_OFF, KafkaSourceOptions
 from sources.packed_reader import read_task
-from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, DataLossError, arrow_schema
-from sources.registry_columns import RegistryColumns, resolve_columns
-from sources.resolver import OffsetResolver, report_data_loss
+from sources.range_reader import DataLossError
+from sources.registry_columns import RegistryColumns
+from sources.offset_lookup import OffsetLookup, report_data_loss
 from sources.task_metrics import ReportDirs, TaskTally
 from sources.task_packing import pack_ranges
 
 log = logging.getLogger(__name__)
 
-FORMAT_NAME = "kafka-eos"
 #: Planned batches kept until they complete; more means plans that never ran.
 MAX_PLANNED = 8
 
@@ -66,63 +59,6 @@ class KafkaInputPartition(InputPartition):
         self.report_shared = report_shared
 
 
-class KafkaEosDataSource(DataSource):
-    """The reading side of `kafka-eos`. Options are validated in `schema()`, which Spark calls
-    at `.load()`, so a bad one fails before any batch runs (and writes, which share the format
-    name, are not held to the source's options)."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self._raw = dict(options)
-        self._columns: RegistryColumns | None = None
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT_NAME
-
-    def schema(self) -> str | StructType:
-        # Streaming or batch is not known yet: the checks common to both run now, the rest
-        # when Spark asks for a reader.
-        options = parse_source_options(self._raw, batch=None)
-        columns = self._registry_columns(options)
-        if columns.active:
-            base = from_arrow_schema(arrow_schema(options.include_headers),
-                                     prefer_timestamp_ntz=True)
-            return columns.spark_schema(base)
-        include = str(self._raw.get("includeheaders", "false")).strip().lower() == "true"
-        return SPARK_SCHEMA_DDL + (HEADERS_DDL if include else "")
-
-    def _registry_columns(self, options: KafkaSourceOptions) -> RegistryColumns:
-        """The value/key reader schemas, looked up once per query start (in schema(), whose
-        result Spark pickles with this object to the reader's process)."""
-        if self._columns is None:
-            sub = options.subscription
-            topics = sub.topics or tuple(t for t, _ in sub.assignment)
-            self._columns = resolve_columns(options.value_registry, options.key_registry,
-                                            sub.kind, topics)
-        return self._columns
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        options = parse_source_options(self._raw, batch=True)
-        return KafkaBatchReader(options, self._registry_columns(options))
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = parse_source_options(self._raw, batch=False)
-        if options.read_mode == "driver":
-            # PySpark then asks for simpleStreamReader (pyspark/sql/datasource_internal.py).
-            raise PySparkNotImplementedError(
-                errorClass="NOT_IMPLEMENTED",
-                messageParameters={"feature": "streamReader with readMode=driver"},
-            )
-        return KafkaStreamReader(options, self._registry_columns(options))
-
-    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
-        from sources.driver_reader import KafkaDriverStreamReader
-
-        options = parse_source_options(self._raw, batch=False)
-        return KafkaDriverStreamReader(options, self._registry_columns(options))
-
-
 def read_partition(options: KafkaSourceOptions, partition: InputPartition,
                    columns: RegistryColumns | None = None) -> Iterator[pa.RecordBatch]:
     """One planned task's ranges, read by a task (or by the driver: sources/driver_reader.py),
@@ -135,6 +71,9 @@ def read_partition(options: KafkaSourceOptions, partition: InputPartition,
 
 def _read_ranges(options: KafkaSourceOptions,
                  partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    # Once per worker: PySpark's full collection after each task then skips the imports
+    # (connectors/core/worker_gc.py), instead of costing every later task 35-280 ms.
+    freeze_long_lived()
     if not isinstance(partition, KafkaInputPartition):
         # A batch read with nothing to read: PySpark runs one task with InputPartition(None)
         # when the plan is empty (pyspark/sql/worker/plan_data_source_read.py).
@@ -196,23 +135,23 @@ class _UsesBroker:
     used again): the next look-up opens a new one."""
 
     options: KafkaSourceOptions
-    _resolver: OffsetResolver | None = None
+    _lookup: OffsetLookup | None = None
 
     @property
-    def resolver(self) -> OffsetResolver:
-        if self._resolver is None:
-            self._resolver = OffsetResolver(self.options)
-        return self._resolver
+    def lookup(self) -> OffsetLookup:
+        if self._lookup is None:
+            self._lookup = OffsetLookup(self.options)
+        return self._lookup
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_resolver"] = None
+        state["_lookup"] = None
         return state
 
     def _close(self) -> None:
-        if self._resolver is not None:
-            resolver, self._resolver = self._resolver, None
-            resolver.close()
+        if self._lookup is not None:
+            lookup, self._lookup = self._lookup, None
+            lookup.close()
 
     @contextlib.contextmanager
     def _dropping_client_on_error(self) -> Iterator[None]:
@@ -233,7 +172,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
                  columns: RegistryColumns | None = None) -> None:
         self.options = options
         self.columns = columns or RegistryColumns()
-        self._resolver = None
+        self._lookup = None
         self._last_batch_at = time.monotonic()
         self._target: off.PartitionOffsets | None = None  # Trigger.AvailableNow's end
         self._latest: off.PartitionOffsets | None = None
@@ -253,9 +192,9 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         # (seen: "the offsets of t-0 went back from 8311 to 8261" at every start).
         if self._initial is None:
             with self._dropping_client_on_error():
-                tps = self.resolver.partitions(strict=True)
-                ids = self.resolver.topic_ids(t for t, _ in tps)  # before the offsets
-                start = self.resolver.resolve(self.options.starting, tps,
+                tps = self.lookup.partitions(strict=True)
+                ids = self.lookup.topic_ids(t for t, _ in tps)  # before the offsets
+                start = self.lookup.offsets_for(self.options.starting, tps,
                                               self.options.starting_option)
             log.info("kafka-eos: query starts at %s", off.to_json(start))
             self._initial = off.to_json(start, ids)
@@ -270,8 +209,8 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
 
     def prepareForTriggerAvailableNow(self) -> None:
         with self._dropping_client_on_error():
-            tps = self.resolver.partitions(strict=False)
-            self._target = self.resolver.latest(tps)
+            tps = self.lookup.partitions(strict=False)
+            self._target = self.lookup.latest(tps)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         # `start` is where the last batch ended, and that batch has completed: Spark plans the
@@ -282,12 +221,12 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         recorded = off.ids_from_json(start)
         with self._dropping_client_on_error():
             tps = list(self._target) if self._target is not None else \
-                self.resolver.partitions(strict=False)
+                self.lookup.partitions(strict=False)
             # The ids are looked up before the offsets: a topic recreated between the two
             # look-ups then gets its new offsets recorded under its old id, and the next batch
             # sees the new id (data loss reported, never a silent skip). The other order would
             # record the old topic's offsets under the new id: the skip this check prevents.
-            ids = self.resolver.topic_ids({t for t, _ in tps} | {t for t, _ in logged})
+            ids = self.lookup.topic_ids({t for t, _ in tps} | {t for t, _ in logged})
             begin, renewed = self._renew_recreated(logged, recorded, ids)
             latest = self._settled_latest(begin, tps)
             begin = self._reconcile(begin, latest)
@@ -314,7 +253,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         result = dict(begin)
         for topic, old_id, new_id in renewed:
             parts = {tp: o for tp, o in begin.items() if tp[0] == topic}
-            self.resolver.report_data_loss(
+            self.lookup.report_data_loss(
                 f"topic {topic} was deleted and created again (topic id {old_id}, now "
                 f"{new_id}); the query had read the old topic up to offsets "
                 + ", ".join(f"{t}-{p}: {o}" for (t, p), o in sorted(parts.items()))
@@ -335,7 +274,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         believed."""
         first = self._target
         latest = off.settle_latest(
-            lambda: self.resolver.latest(tps),
+            lambda: self.lookup.latest(tps),
             begin,
             retries=self.options.fetch_retries,
             interval_ms=self.options.fetch_retry_interval_ms,
@@ -354,7 +293,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         """
         gone = sorted(set(begin) - set(latest))
         if gone:
-            self.resolver.report_data_loss(
+            self.lookup.report_data_loss(
                 "partition(s) " + ", ".join(f"{t}-{p}" for t, p in gone)
                 + " no longer exist (topic deleted?)"
             )
@@ -372,15 +311,15 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         new = [tp for tp in end if tp not in result]
         if new:
             log.info("kafka-eos: new partitions %s are read from their earliest offset", new)
-            result.update(self.resolver.earliest(new))
+            result.update(self.lookup.earliest(new))
         went_back = [tp for tp in end if end[tp] < result[tp]]
         for tp in went_back:
-            self.resolver.report_data_loss(
+            self.lookup.report_data_loss(
                 f"the latest offset of {tp[0]}-{tp[1]} went back from {result[tp]} to {end[tp]} "
                 "(topic recreated?)"
             )
         if went_back:
-            result.update(self.resolver.earliest(went_back))
+            result.update(self.lookup.earliest(went_back))
         return result
 
     def _limited_end(self, begin: off.PartitionOffsets, latest: off.PartitionOffsets) -> off.PartitionOffsets:
@@ -451,7 +390,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
         in this batch; the next batch sees the new id and reads the new topic from its
         earliest offsets). One id look-up, at a restart only."""
         with self._dropping_client_on_error():
-            ids = self.resolver.topic_ids({t for t, _ in stop})
+            ids = self.lookup.topic_ids({t for t, _ in stop})
         renewed = off.recreated_topics(logged_ids, ids, {t for t, _ in stop})
         gone = {t for t, _, _ in renewed}
         for topic, old_id, new_id in renewed:
@@ -536,19 +475,19 @@ class KafkaBatchReader(_UsesBroker, DataSourceReader):
                  columns: RegistryColumns | None = None) -> None:
         self.options = options
         self.columns = columns or RegistryColumns()
-        self._resolver = None
+        self._lookup = None
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
         try:
-            tps = self.resolver.partitions(strict=True)
-            start = self.resolver.resolve(opts.starting, tps, opts.starting_option)
+            tps = self.lookup.partitions(strict=True)
+            start = self.lookup.offsets_for(opts.starting, tps, opts.starting_option)
             # An end below the start may be a latest offset that went back (KAFKA-7703; the
             # embedded demo broker, Tansu, under load too): looked up again,
             # fetchOffset.numRetries times, fetchOffset.retryIntervalMs apart, before it is
             # believed.
             def ending() -> off.PartitionOffsets:
-                return self.resolver.resolve(opts.ending, tps, opts.ending_option)
+                return self.lookup.offsets_for(opts.ending, tps, opts.ending_option)
 
             may_be_latest = opts.ending.kind != "offsets" or off.LATEST in opts.ending.offsets.values()
             end = off.settle_latest(

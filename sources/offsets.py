@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def plan_ranges(
     and the batch has at least `min_partitions` tasks when it has that many records, with the
     extra splits going to the largest ranges (like Spark's KafkaOffsetRangeCalculator, whose
     count is approximate: for minPartitions=7 it made 6 tasks where this makes 7,
-    integration_tests/test_peers_kafka.py).
+    integration_tests/peers/test_peers_kafka.py).
     The plan depends only on its arguments, so a replayed batch gets the same tasks.
     """
     ranges = [

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from connectors.kafka_client import RetryPolicy, is_transient
+from connectors.core.kafka_client import RetryPolicy, is_transient
 from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
 from sources.offsets import OffsetRange
 
@@ -184,15 +184,16 @@ def read_range(
     user_wait = "fetch.wait.max.ms" in kafka_conf
     conf = _with_fetch_wait(base, None if user_wait else _LEARNED_FETCH_WAIT_MS.get(family))
     tp = (r.topic, r.partition)
-    held = [pool.take(conf, tp)]  # the consumer reading now (replaced if it must wait longer)
+    consumer = pool.take(conf, tp)  # the one reading now (replaced if it must wait longer)
     completed = False
 
-    def longer_wait(next_offset: int) -> bool:
-        """Replace the consumer by one with the next fetch wait; False if there is none."""
-        nonlocal conf
+    def longer_wait(next_offset: int) -> Consumer | None:
+        """The consumer replaced by one with the next fetch wait, assigned at `next_offset`;
+        None if there is none."""
+        nonlocal conf, consumer
         wait = _next_fetch_wait(int(conf["fetch.wait.max.ms"]))
         if user_wait or wait is None:
-            return False
+            return None
         log.warning(
             "kafka-eos: fetches of %s-%s at offset %d came back empty for %.0f s although the "
             "range ends at %d; the broker may not read within fetch.wait.max.ms=%s, so this "
@@ -201,23 +202,23 @@ def read_range(
             conf["fetch.wait.max.ms"], wait,
         )
         _LEARNED_FETCH_WAIT_MS[family] = wait
-        pool.discard(held[0])
+        pool.discard(consumer)
         conf = _with_fetch_wait(base, wait)
-        held[0] = pool.take(conf, tp)
-        held[0].assign([TopicPartition(r.topic, r.partition, next_offset)])
-        return True
+        consumer = pool.take(conf, tp)
+        consumer.assign([TopicPartition(r.topic, r.partition, next_offset)])
+        return consumer
 
     try:
-        held[0].assign([TopicPartition(r.topic, r.partition, r.from_offset)])
-        yield from _read_assigned(held, r, include_headers, batch_rows, poll_timeout_ms,
+        consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
+        yield from _read_assigned(consumer, r, include_headers, batch_rows, poll_timeout_ms,
                                   fail_on_data_loss, longer_wait)
         completed = True
     finally:
         if completed:
-            pool.give_back(held[0], conf, tp=tp, capacity=cache_capacity,
+            pool.give_back(consumer, conf, tp=tp, capacity=cache_capacity,
                            timeout_ms=cache_timeout_ms)
         else:
-            pool.discard(held[0])
+            pool.discard(consumer)
 
 
 def _with_fetch_wait(conf: dict[str, str], wait_ms: int | None) -> dict[str, str]:
@@ -229,12 +230,12 @@ def _next_fetch_wait(current_ms: int) -> int | None:
 
 
 def _read_assigned(
-    held: list, r: OffsetRange, include_headers: bool, batch_rows: int, poll_timeout_ms: int,
-    fail_on_data_loss: bool, longer_wait: Callable[[int], bool] | None = None,
+    consumer: Consumer, r: OffsetRange, include_headers: bool, batch_rows: int,
+    poll_timeout_ms: int, fail_on_data_loss: bool,
+    longer_wait: Callable[[int], Consumer | None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """`held[0]` is the consumer, assigned at the range's start; `longer_wait(next_offset)`
-    replaces it by one with a longer fetch wait (see FETCH_WAIT_STEPS_MS)."""
-    consumer = held[0]
+    """`consumer` is assigned at the range's start; `longer_wait(next_offset)` gives one with a
+    longer fetch wait in its place, or None (see FETCH_WAIT_STEPS_MS)."""
     next_offset = r.from_offset
     idle_since = time.monotonic()
     progress_since = idle_since  # the last record, or the last change of consumer
@@ -257,9 +258,10 @@ def _read_assigned(
                 if position >= r.until_offset:
                     break  # the tail of the range is markers or aborted records
                 now = time.monotonic()
-                if (longer_wait is not None and now - progress_since > ESCALATE_AFTER_S
-                        and longer_wait(next_offset)):
-                    consumer, progress_since, wait_s = held[0], now, EMPTY_WAIT_FIRST_S
+                replaced = (longer_wait(next_offset) if longer_wait is not None
+                            and now - progress_since > ESCALATE_AFTER_S else None)
+                if replaced is not None:
+                    consumer, progress_since, wait_s = replaced, now, EMPTY_WAIT_FIRST_S
                     continue
                 if (now - idle_since) * 1000 > poll_timeout_ms:
                     raise TimeoutError(
@@ -275,20 +277,7 @@ def _read_assigned(
                 next_offset = _take_slowly(consumer, r, msgs, next_offset, fail_on_data_loss,
                                            pending)
             else:
-                _check_partition(msgs, r)
-                # One partition, so offsets ascend: keep the slice inside [next, until).
-                offs = list(map(_OFFSET, msgs))
-                lo = bisect.bisect_left(offs, next_offset)
-                hi = bisect.bisect_left(offs, r.until_offset)
-                beyond = hi < len(offs)  # the chunk reaches past the range's end
-                if lo or beyond:
-                    msgs, offs = msgs[lo:hi], offs[lo:hi]
-                if offs:  # empty when the range's tail was markers and the chunk starts after it
-                    pending.add_chunk(msgs, offs)
-                if beyond:
-                    next_offset = r.until_offset
-                elif offs:
-                    next_offset = offs[-1] + 1
+                next_offset = _take_chunk(msgs, r, next_offset, pending)
             del msgs  # before the next consume(): the chunk's Messages go now
             if len(pending) >= batch_rows:
                 batch = pending.to_batch(r)
@@ -305,6 +294,26 @@ def _read_assigned(
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _take_chunk(msgs: list, r: OffsetRange, next_offset: int, pending: _Columns) -> int:
+    """A chunk without errors into `pending`, its part inside [next_offset, until); returns
+    the next offset to read."""
+    _check_partition(msgs, r)
+    # One partition, so offsets ascend: keep the slice inside [next, until).
+    offs = list(map(_OFFSET, msgs))
+    lo = bisect.bisect_left(offs, next_offset)
+    hi = bisect.bisect_left(offs, r.until_offset)
+    beyond = hi < len(offs)  # the chunk reaches past the range's end
+    if lo or beyond:
+        msgs, offs = msgs[lo:hi], offs[lo:hi]
+    if offs:  # empty when the range's tail was markers and the chunk starts after it
+        pending.add_chunk(msgs, offs)
+    if beyond:
+        return r.until_offset
+    if offs:
+        return offs[-1] + 1
+    return next_offset
 
 
 def _check_partition(msgs: list, r: OffsetRange) -> None:

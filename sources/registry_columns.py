@@ -16,14 +16,10 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from connectors.options import OptionError
-from connectors.schema_registry.decoding import (
-    ReaderSchema,
-    decoder_for,
-    new_decoder,
-    resolve_reader_schema,
-)
-from connectors.schema_registry.options import RegistryOptions
+from connectors.core.options import OptionError
+from connectors.core.schema_registry.decoding import ReaderSchema, resolve_reader_schema
+from connectors.core.schema_registry.decoders import decoder_for, new_decoder
+from connectors.core.schema_registry.options import RegistryOptions
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from connectors.paths import resolve
+from connectors.core.paths import resolve_location
 from sources.batch_metrics import TaskReport
 from sources.offsets import OffsetRange, PartitionOffsets, to_json
 
@@ -59,7 +59,7 @@ class ReportDirs:
         twice gets the same one."""
         digest = hashlib.sha1(json.dumps(to_json(end), sort_keys=True).encode()).hexdigest()
         path = f"{self.base}/{digest[:20]}"
-        loc = resolve(OPTION, path)
+        loc = resolve_location(OPTION, path)
         loc.fs.create_dir(loc.path, recursive=True)
         return path
 
@@ -67,7 +67,7 @@ class ReportDirs:
         """Every report in `batch_dir`, which is deleted; never raises (monitoring only)."""
         reports: list[TaskReport] = []
         try:
-            loc = resolve(OPTION, batch_dir)
+            loc = resolve_location(OPTION, batch_dir)
             infos = loc.fs.get_file_info(pafs.FileSelector(loc.path, allow_not_found=True))
             for info in infos:
                 if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
@@ -85,7 +85,7 @@ class ReportDirs:
     def close(self) -> None:
         try:
             if self.shared:
-                loc = resolve(OPTION, self.base)
+                loc = resolve_location(OPTION, self.base)
                 loc.fs.delete_dir(loc.path)
             else:
                 shutil.rmtree(self.base, ignore_errors=True)
@@ -127,7 +127,7 @@ def write_report(batch_dir: str, report: TaskReport | Sequence[TaskReport], *,
         return
     first = reports[0]
     try:
-        loc = resolve(OPTION, batch_dir)
+        loc = resolve_location(OPTION, batch_dir)
         if not shared and loc.fs.get_file_info(loc.path).type != pafs.FileType.Directory:
             return
         name = f"{first.topic}-{first.partition}-{first.from_offset}.json"

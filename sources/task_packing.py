@@ -1,8 +1,7 @@
 """Packing a batch's offset ranges into Spark tasks: tasks sized by data, not by partitions.
 
 A Python data-source task costs tens of milliseconds of fixed work however little it reads
-(measured on 2 cores: a micro-batch of 4,000 records over 1,000 partitions took 36 s as 1,000
-tasks). So small ranges share a task: one task reads several partitions'
+(docs/design.md#a-python-tasks-fixed-cost). So small ranges share a task: one task reads several partitions'
 ranges with one consumer (sources/packed_reader.py), and the batch costs about as many tasks as
 its data needs. As Spark packs small files into a partition (`spark.sql.files.maxPartitionBytes`
 with `minPartitionNum`), in records:

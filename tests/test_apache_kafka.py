@@ -1,5 +1,6 @@
-"""The Apache Kafka test broker's pure parts: its configuration, the pom that fetches it, where
-its jars are cached, and the message when nothing can fetch them."""
+"""The local Apache Kafka's pure parts: its configuration (secured listeners only with the tests'
+PKI), the pom that fetches it, where its jars are cached, and the message when nothing can fetch
+them."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing import apache_kafka as ak
-from connectors.testing.certs import generate_test_pki
+from connectors.local import apache_kafka as ak
+from integration_tests.support.brokers import apache_kafka_broker
+from integration_tests.support.certs import generate_test_pki
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +48,23 @@ def test_secured_listeners_and_the_authorizer(pki):
     assert "BEGIN PRIVATE KEY" in props["ssl.keystore.key"]
 
 
+def test_without_a_pki_the_node_serves_plaintext_only():
+    """What `kafka-eos broker` and the demo start: no certificate is made, no SASL user."""
+    ports = {"PLAINTEXT": 10000, "CONTROLLER": 10001}
+    props = ak.server_properties(ak.LATEST, ports, "/data", None, {})
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:10000,CONTROLLER://127.0.0.1:10001"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:10000"
+    assert not [k for k in props if k.startswith(("ssl.", "sasl.", "listener.name."))]
+    assert ak.served_listeners(None) == ("PLAINTEXT",)
+
+
 def test_share_coordinator_settings_only_where_the_broker_knows_them(pki):
     assert "share.coordinator.state.topic.replication.factor" in _props(pki, ak.LATEST)
     assert "share.coordinator.state.topic.replication.factor" not in _props(pki, ak.GENERATION_3)
 
 
 def test_pem_values_are_escaped_for_java_properties(pki):
-    text = ak._properties_text(_props(pki))
+    text = ak.properties_text(_props(pki))
     key_line = next(line for line in text.splitlines() if line.startswith("ssl.keystore.key="))
     assert "\\n" in key_line and "BEGIN PRIVATE KEY" in key_line
 
@@ -79,7 +91,7 @@ def test_no_maven_and_no_ivy_says_what_is_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path))
     real_which = ak.shutil.which
     monkeypatch.setattr(ak.shutil, "which", lambda n: None if n == "mvn" else real_which(n))
-    monkeypatch.setattr(ak, "_ivy_jar", lambda: None)
+    monkeypatch.setattr(ak, "ivy_jar", lambda: None)
     with pytest.raises(ak.KafkaUnavailable) as e:
         ak.kafka_jars(ak.LATEST)
     assert "mvn is not installed" in str(e.value) and "Ivy" in str(e.value)
@@ -96,4 +108,4 @@ def test_no_java_says_so(monkeypatch, tmp_path):
 def test_the_brokers_are_context_managers():
     """What the suite's fixtures enter with `with`."""
     assert hasattr(ak.apache_kafka(ak.LATEST), "__enter__")
-    assert hasattr(ak.apache_kafka_broker(ak.LATEST), "__enter__")
+    assert hasattr(apache_kafka_broker(ak.LATEST), "__enter__")

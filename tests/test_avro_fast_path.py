@@ -17,9 +17,10 @@ import fastavro
 import pyarrow as pa
 import pytest
 
-from connectors.schema_registry.avro_fast import FastAvroReader, FastPathRefused
-from connectors.schema_registry.decoding import ReaderSchema, new_decoder
-from connectors.schema_registry.options import RegistryOptions
+from connectors.core.schema_registry.avro_fast import FastAvroReader, FastPathRefused
+from connectors.core.schema_registry.decoding import ReaderSchema
+from connectors.core.schema_registry.decoders import new_decoder
+from connectors.core.schema_registry.options import RegistryOptions
 
 READER_ID = 42
 UTC = dt.timezone.utc
@@ -311,7 +312,7 @@ def test_a_mixed_batch_keeps_its_order_and_names_bad_records_where_they_are() ->
     values = pa.array([wire(b"\x02"), None, b"junk", wire(b"\x04"), wire(b"\x06")])
     assert fast.decode(values, where).to_pylist() == [{"x": 1}, None, None, {"x": 2}, {"x": 3}]
     strict, _ = decoders(schema)
-    from connectors.schema_registry.decoding import MalformedRecordError
+    from connectors.core.schema_registry.decoding import MalformedRecordError
     with pytest.raises(MalformedRecordError, match="offset 2"):
         strict.decode(values, where)
 
@@ -376,10 +377,10 @@ def test_records_of_an_older_writer_schema_resolve_as_fastavro_resolves_them(see
 
 def _collect(gen: Gen, schema) -> None:
     """The named types of `schema`, for Gen.value to follow references by name."""
-    from connectors.schema_registry.avro_types import _collect_names
+    from connectors.core.schema_registry.avro_types import collect_names
 
     names: dict = {}
-    _collect_names(schema, None, names)
+    collect_names(schema, None, names)
     gen.named = [(n.rsplit(".", 1)[-1], s) for n, s in names.items()] + list(names.items())
 
 

@@ -1,7 +1,7 @@
 """`kafka-eos broker`: its arguments, and the embedded broker it falls back to where Apache Kafka
 cannot run (no Java here: PATH without it), as a user runs it (a subprocess, stopped with
 Ctrl-C). The embedded broker is a small native binary, no JVM; the Apache Kafka path is
-integration_tests/test_local_broker.py's."""
+integration_tests/demo/test_local_broker.py's."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from connectors.cli import EXIT_CANNOT_RUN, EXIT_USAGE, build_parser, main
-from connectors.testing.broker import free_port
+from connectors.local.broker import free_port
 
 
 def test_the_broker_command_defaults_to_kafkas_port_and_apache_kafka_where_it_can():
@@ -67,7 +67,7 @@ def test_without_java_the_broker_falls_back_to_the_embedded_one_and_says_what_it
         text = "\n".join(lines)
         assert "Apache Kafka cannot run here (Apache Kafka needs Java 17 on PATH" in text, text
         assert "read_committed does not hide aborted records" in text
-        assert "connectors.testing.kafka_oracle.committed()" in text
+        assert "connectors.local.kafka_oracle.committed()" in text
         assert "records produced in multi-record batches (linger.ms, batch.size) read short" in text
         bootstrap = next(ln for ln in lines if ln.startswith("bootstrap servers: ")).split(": ")[1]
         AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)

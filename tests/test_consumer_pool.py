@@ -1,6 +1,6 @@
 """The consumer pool's bookkeeping (sources/consumer_pool.py) with fake consumers, and
 read_range's use of it. Real librdkafka consumers re-assigned across ranges, and reuse in a real
-Spark query: integration_tests/test_consumer_pool.py."""
+Spark query: integration_tests/source/test_consumer_pool.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sources.consumer_pool import ConsumerPool, pool_key
 from sources.kafka_options import parse_source_options
 from sources.offsets import OffsetRange

@@ -2,7 +2,7 @@
 `invariants` writer feature: delta-spark counts NOT NULL as a column invariant and refuses
 (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH) a writer-version-7 table that does not list it, and
 deltalake 1.6.6 leaves it out when timestamp_ntz alone makes the table version 7. delta-spark's
-side is shown in integration_tests/test_peers_delta.py; here, the protocol the sink commits.
+side is shown in integration_tests/peers/test_peers_delta.py; here, the protocol the sink commits.
 No Spark: the DataSource's writer as Spark calls it, on real tables."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.schema import StructType
 from deltalake.transaction import AddAction
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sinks.delta.protocol_checks import (
     NotNullViolation,
     check_not_null,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sinks.delta import DeltaEosDataSource
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("v", StringType())])

@@ -19,9 +19,9 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from connectors.inspection import describe_handle, handle_kind
-from connectors.options import OptionError
-from connectors.testing.task_context import task  # noqa: F401  (a fixture)
+from connectors.inspection import describe_handle
+from connectors.core.options import OptionError
+from integration_tests.support.task_context import task  # noqa: F401  (a fixture)
 from sinks.delta import DeltaEosDataSource
 from sinks.delta.upsert import NullKeyOrSequence
 
@@ -354,7 +354,7 @@ def test_inspect_reads_an_upsert_handle(tmp_path, task):
     q = Query(tmp_path, task)
     messages = q.run_batch(0, [[(1, 1, "c", "a"), (2, 2, "d", None)]], stop_at="after_precommit")
     handle = messages[0].handle
-    assert handle_kind(handle) == "delta-eos"
+    assert handle["kind"] == "delta-eos"
     shown = describe_handle(handle, now_ms=0, open_txn=True)
     assert shown["rows"] == 2 and shown["deletes"] == 1 and shown["mode"] == "upsert"
     assert shown["files"] == [s["file"] for s in handle["staged"]]

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sinks.delta import DeltaEosDataSource
 from sinks.delta.delete_predicate import parse
 from sinks.delta.upsert import DeltaUpsertSink

@@ -14,7 +14,7 @@ import os
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from connectors.testing.task_context import task  # noqa: F401  (a fixture)
+from integration_tests.support.task_context import task  # noqa: F401  (a fixture)
 from tests.test_delta_upsert import Query, fold
 
 FILES, ROWS_PER_FILE = 4, 1000

@@ -1,5 +1,5 @@
 """The demo's progress line says what the pipeline is doing before its first batch, instead of
-"0 rows/0 batches" for the half minute Spark takes to start on 2 cores (issue 24)."""
+"0 rows/0 batches" for the half minute Spark takes to start on 2 cores."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
-#: Pages written on other branches (issue 15), linked from README.md and docs/index.md before
+#: Pages written on other branches, linked from README.md and docs/index.md before
 #: they are merged. Remove each from this list once it exists: from then on its links and
 #: headings are checked like any other page's.
 ARRIVING: set[str] = set()

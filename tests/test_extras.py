@@ -1,5 +1,5 @@
 """A format or command whose pip extra is missing fails when it starts, naming the `pip install`
-to run (connectors/extras.py). The extra's module is hidden here (None in sys.modules makes its
+to run (connectors/core/extras.py). The extra's module is hidden here (None in sys.modules makes its
 import fail as if it were not installed); nothing is uninstalled."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from connectors import extras
+from connectors.core import extras
 from connectors.cli import EXIT_CANNOT_RUN, main
 
 SCHEMA = StructType([StructField("id", LongType())])
@@ -72,7 +72,7 @@ def test_the_embedded_broker_without_its_extra_is_refused_at_command_start(
 
 def test_falling_back_to_the_embedded_broker_without_its_extra_says_both_whys(
         no_local_broker, monkeypatch):
-    from connectors.testing import broker
+    from connectors.local import local_broker as broker
 
     monkeypatch.setattr(broker.shutil, "which", lambda name: None)  # no Java: no Apache Kafka
     with pytest.raises(broker.LocalBrokerError) as e:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing.certs import generate_test_pki
-from connectors.demo.kafka_config import (
+from integration_tests.support.certs import generate_test_pki
+from connectors.kafka_config_file import (
     ENV,
     KafkaConfigError,
     describe,

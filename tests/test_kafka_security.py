@@ -1,8 +1,10 @@
-"""connectors/kafka_security.py, one option at a time: the Java client's names translated to
-librdkafka's (PKCS#12 stores converted to PEM), kafka-python's settings derived from them, the
-OIDC token provider against a real local HTTP server, the hints given for a failed connection,
-and secrets never shown. Pure logic: no broker, no Spark. TLS is proven by real handshakes
-between in-memory sockets (ssl.MemoryBIO), against certificates generated for the test run.
+"""The cluster's security settings, one option at a time: the Java client's names translated to
+librdkafka's, PKCS#12 stores converted to PEM (connectors/core/kafka_java_options.py),
+kafka-python's settings derived from them (connectors/core/kafka_python_security.py), the
+OIDC token provider against a real local HTTP server (connectors/core/oidc_token.py), the
+hints given for a failed connection, and secrets never shown. Pure logic: no broker, no Spark.
+TLS is proven by real handshakes between in-memory sockets (ssl.MemoryBIO), against
+certificates generated for the test run.
 """
 
 from __future__ import annotations
@@ -24,20 +26,18 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
-from connectors import kafka_security
-from connectors.kafka_client import librdkafka_conf
-from connectors.kafka_security import (
-    PROTOCOLS,
-    OidcTokenProvider,
+from connectors.core import kafka_java_options
+from connectors.core.kafka_client import librdkafka_conf
+from connectors.core.kafka_java_options import PROTOCOLS, parse_jaas, translate
+from connectors.core.kafka_python_security import (
     check_commit_mechanism,
     connection_hint,
     kafka_python_config,
-    parse_jaas,
     ssl_context,
-    translate,
 )
-from connectors.options import OptionError, Options, redact
-from connectors.testing.certs import TestPKI, generate_test_pki
+from connectors.core.oidc_token import OidcTokenProvider
+from connectors.core.options import OptionError, Options, redact
+from integration_tests.support.certs import TestPKI, generate_test_pki
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -545,10 +545,10 @@ def test_bad_endpoint_identification_is_refused():
 # -- Java-only settings and security.protocol -------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(kafka_security._REFUSED_JAVA))
+@pytest.mark.parametrize("name", sorted(kafka_java_options._REFUSED_JAVA))
 def test_java_only_setting_is_refused_naming_it(name):
     e = refused({name: "whatever", "bootstrap.servers": "b:9092"}, f"kafka.{name}",
-                "Java client setting", kafka_security._REFUSED_JAVA[name])
+                "Java client setting", kafka_java_options._REFUSED_JAVA[name])
     assert "whatever" not in str(e)
 
 
@@ -556,7 +556,7 @@ def test_java_only_settings_are_unknown_to_librdkafka():
     """Only what librdkafka would refuse itself, obscurely, is refused here by name."""
     from confluent_kafka import KafkaException, Producer
 
-    for name in kafka_security._REFUSED_JAVA:
+    for name in kafka_java_options._REFUSED_JAVA:
         with pytest.raises(KafkaException, match="No such configuration property"):
             Producer({"bootstrap.servers": "127.0.0.1:9", name: "x", "log_level": 0})
 

@@ -30,8 +30,8 @@ from sinks.kafka_commit import (
     error_name,
     txn_error,
 )
-from connectors.kafka_client import KafkaRetriesExhausted, RetryPolicy
-from connectors.options import OptionError, Options
+from connectors.core.kafka_client import KafkaRetriesExhausted, RetryPolicy
+from connectors.core.options import OptionError, Options
 from sinks import kafka as ksink
 from sinks.kafka_data_source import KafkaSinkDataSource
 from sinks.kafka import (
@@ -721,7 +721,7 @@ def test_endtxn_asks_the_remembered_coordinator_and_forgets_it_when_a_request_fa
     assert finds == ["p-0-0", "p-0-0"]  # asked again after the failure
 
 
-# ------------------------------------------------------------------ oversized records (issue 24)
+# ------------------------------------------------------------------ oversized records
 
 
 def test_a_record_over_the_producers_limit_names_the_record_its_source_row_and_the_option(

@@ -1,6 +1,6 @@
 """The package configures no logging of its own; an application opts in to its structured lines
 with `connectors.enable_structured_logs()`, in its process and in the Spark Python workers it
-starts afterwards (connectors/logs.py)."""
+starts afterwards (connectors/core/logs.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors import enable_structured_logs, logs
-from connectors.options import Options
+from connectors import enable_structured_logs
+from connectors.core import logs
+from connectors.core.options import Options
 from sinks.two_phase_commit import SinkSettings, TwoPhaseCommitSink, TwoPhaseCommitWriter
 from sources import batch_metrics
 

@@ -1,9 +1,9 @@
-"""The shape of the driver's offset look-ups (connectors/kafka_client.KafkaMetadata): every
+"""The shape of the driver's offset look-ups (connectors/core/kafka_client.KafkaMetadata): every
 partition's earliest, latest or by-time offset in one ListOffsets call of the admin client
 (one request per partition leader, sent by librdkafka), under the query's isolation level,
 retried as a whole under kafkaRetryTimeout. No broker: a recording admin client. The answers
 of a real broker, compared with the per-partition path, are in
-integration_tests/test_offset_lookups.py."""
+integration_tests/source/test_offset_lookups.py."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import concurrent.futures
 import pytest
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException
 
-import connectors.kafka_client as kc
-from connectors.kafka_client import KafkaMetadata
+import connectors.core.kafka_client as kc
+from connectors.core.kafka_client import KafkaMetadata
 from sources.kafka_options import parse_source_options
-from sources.resolver import OffsetResolver
+from sources.offset_lookup import OffsetLookup
 
 TPS = [("t", p) for p in range(1000)]
 
@@ -108,24 +108,24 @@ def test_read_uncommitted_asks_for_the_high_watermark(admin):
 
 
 def test_a_failed_partition_fails_the_look_up_which_is_retried_whole_with_a_new_client(admin):
-    """A leader moving answers NOT_LEADER for its partitions: the resolver retries the whole
+    """A leader moving answers NOT_LEADER for its partitions: the lookup retries the whole
     look-up under kafkaRetryTimeout (RetryPolicy), dropping the client in doubt."""
     opts = parse_source_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t",
                                  "fetchOffset.retryIntervalMs": "0"}, batch=False)
-    resolver = OffsetResolver(opts, sleep=lambda s: None)
-    first = resolver.metadata.admin()
+    lookup = OffsetLookup(opts, sleep=lambda s: None)
+    first = lookup.metadata.admin()
     first.errors = [KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)]
-    assert resolver.latest(TPS[:10]) == {tp: tp[1] + 1000 for tp in TPS[:10]}
+    assert lookup.latest(TPS[:10]) == {tp: tp[1] + 1000 for tp in TPS[:10]}
     assert len(admin) == 2 and len(first.calls) == 1 and len(admin[1].calls) == 1
 
 
 def test_a_refused_look_up_is_not_retried(admin):
     opts = parse_source_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t"},
                                 batch=False)
-    resolver = OffsetResolver(opts, sleep=lambda s: None)
-    resolver.metadata.admin().errors = [KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)]
+    lookup = OffsetLookup(opts, sleep=lambda s: None)
+    lookup.metadata.admin().errors = [KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)]
     with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
-        resolver.earliest(TPS[:2])
+        lookup.earliest(TPS[:2])
     assert len(admin) == 1
 
 
@@ -133,41 +133,41 @@ def test_a_partition_without_a_known_leader_is_a_transient_error(admin):
     """ListOffsets says _NOENT ("No leaders found") for a partition whose leader the client
     does not know (measured: a topic just created, one being elected); the consumer's look-up
     said _UNKNOWN_PARTITION, retried. So is this: retried whole, then answered."""
-    from connectors.kafka_client import is_transient
+    from connectors.core.kafka_client import is_transient
 
     opts = parse_source_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t",
                                  "fetchOffset.retryIntervalMs": "0"}, batch=False)
-    resolver = OffsetResolver(opts, sleep=lambda s: None)
+    lookup = OffsetLookup(opts, sleep=lambda s: None)
     noent = KafkaError(KafkaError._NOENT, "Failed to query partition leaders: No leaders found")
-    resolver.metadata.admin().errors = [noent]
+    lookup.metadata.admin().errors = [noent]
     with pytest.raises(KafkaException) as raised:
-        resolver.metadata.latest(TPS[:2])
+        lookup.metadata.latest(TPS[:2])
     assert is_transient(raised.value) and "t-0" in raised.value.args[0].str()
-    resolver.metadata.reset()
-    resolver.metadata.admin().errors = [noent]
-    assert resolver.latest(TPS[:2]) == {("t", 0): 1000, ("t", 1): 1001}
+    lookup.metadata.reset()
+    lookup.metadata.admin().errors = [noent]
+    assert lookup.latest(TPS[:2]) == {("t", 0): 1000, ("t", 1): 1001}
 
 
 def test_a_negative_offset_without_an_error_is_no_answer_and_is_retried(admin):
     """Seen on Apache Kafka 3.9 while a lost quorum came back: a latest offset of -1001 with no
     error, which the source took for an offset that went back from 400 (data loss, the query
     failed). Retried as transient instead; by timestamp, -1 stays the answer 'no record'."""
-    from connectors.kafka_client import is_transient
+    from connectors.core.kafka_client import is_transient
 
     opts = parse_source_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t",
                                  "fetchOffset.retryIntervalMs": "0"}, batch=False)
-    resolver = OffsetResolver(opts, sleep=lambda s: None)
-    resolver.metadata.admin().invalid = [-1001]
+    lookup = OffsetLookup(opts, sleep=lambda s: None)
+    lookup.metadata.admin().invalid = [-1001]
     with pytest.raises(KafkaException) as raised:
-        resolver.metadata.latest(TPS[:2])
+        lookup.metadata.latest(TPS[:2])
     assert is_transient(raised.value) and "(-1001) for t-0" in raised.value.args[0].str()
-    resolver.metadata.admin().invalid = [-1]  # as no answer for a latest offset
+    lookup.metadata.admin().invalid = [-1]  # as no answer for a latest offset
     with pytest.raises(KafkaException, match=r"\(-1\) for t-0"):
-        resolver.metadata.latest(TPS[:2])
-    resolver.metadata.reset()
-    resolver.metadata.admin().invalid = [-1001]
-    assert resolver.latest(TPS[:2]) == {("t", 0): 1000, ("t", 1): 1001}  # retried, answered
+        lookup.metadata.latest(TPS[:2])
+    lookup.metadata.reset()
+    lookup.metadata.admin().invalid = [-1001]
+    assert lookup.latest(TPS[:2]) == {("t", 0): 1000, ("t", 1): 1001}  # retried, answered
     assert len(admin) == 3  # the retry on a new client
     admin[-1].invalid = [-1]
-    assert resolver.metadata.offsets_for_times({("t", 0): 5, ("t", 1): 5}) == {
+    assert lookup.metadata.offsets_for_times({("t", 0): 5, ("t", 1): 5}) == {
         ("t", 0): -1, ("t", 1): 501}

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sources.offsets import (
     EARLIEST,
     LATEST,

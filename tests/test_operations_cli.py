@@ -1,6 +1,6 @@
 """Unit tests of `kafka-eos inspect` / `kafka-eos resolve` on checkpoints laid out as Spark and the
 sink lay them out (no Spark, no broker): parsing, windows, errors, the running-query refusal, and
-secrets kept out of every output. The end-to-end proofs are integration_tests/test_operations.py.
+secrets kept out of every output. The end-to-end proofs are integration_tests/operations/test_operations.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from connectors.cli import EXIT_CANNOT_RUN, EXIT_QUERY_MAY_BE_RUNNING, EXIT_USAGE, main
 from connectors.inspection import inspect_checkpoint
-from connectors.redaction import redact, redact_text
+from connectors.core.redaction import redact, redact_text
 from connectors.spark_checkpoint import parse_offsets_file
 from sinks.txn_log import TransactionLog
 
@@ -196,7 +196,7 @@ def test_inspect_reads_a_checkpoint_on_s3(ckpt):
     pytest.importorskip("moto")
     import pyarrow.fs as pafs
 
-    from connectors.testing.s3 import s3_server
+    from integration_tests.support.s3 import s3_server
 
     with s3_server() as s3:
         bucket = s3.create_bucket()

@@ -1,4 +1,5 @@
-"""Unit tests for connectors/options.py: typed, case-insensitive option access and redaction."""
+"""Unit tests for connectors/core/options.py: typed, case-insensitive option access and
+redaction."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import re
 
 import pytest
 
-from connectors.options import OptionError, Options, is_secret, parse_duration_ms, redact
+from connectors.core.options import OptionError, Options, is_secret, parse_duration_ms, redact
 
 
 # --------------------------------------------------------------------------- OptionError
@@ -278,7 +279,7 @@ def test_redact_empty():
     assert redact({}) == {}
 
 
-# ------------------------------------------------------------------ unknown options (issue 24)
+# ------------------------------------------------------------------ unknown options
 
 
 def test_an_unknown_option_names_the_three_closest_as_the_docs_spell_them_not_the_whole_list():

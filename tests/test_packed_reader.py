@@ -2,7 +2,7 @@
 hands out scripted chunks of real confluent-kafka Messages from several partitions: each range
 read exactly once, records beyond a range dropped, ranges ending on gaps, pieces of one
 partition read in turn, foreign records and data loss. The real broker's side is in
-integration_tests/test_packed_reader.py."""
+integration_tests/source/test_packed_reader.py."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ import os
 import pyarrow.fs as pafs
 import pytest
 
-from connectors.options import OptionError, Options
-from connectors.paths import normalise, resolve
+from connectors.core.options import OptionError, Options
+from connectors.core.paths import normalise, resolve_location
 from sinks.two_phase_commit import SinkSettings
 from sinks.txn_log import TransactionLog
 
@@ -68,7 +68,7 @@ def test_dbfs_without_the_mount_is_a_clear_error():
 
 
 def test_dbfs_goes_through_the_mount(monkeypatch, tmp_path):
-    import connectors.paths as paths
+    import connectors.core.paths as paths
 
     monkeypatch.setattr(paths, "DBFS_MOUNT", str(tmp_path))
     assert normalise("path", "dbfs:/tables/t") == f"{tmp_path}/tables/t"
@@ -76,17 +76,17 @@ def test_dbfs_goes_through_the_mount(monkeypatch, tmp_path):
 
 def test_hdfs_without_libhdfs_fails_naming_the_option():
     with pytest.raises(OptionError, match="checkpointLocation.*libhdfs"):
-        resolve("checkpointLocation", "hdfs://127.0.0.1:1/ck")
+        resolve_location("checkpointLocation", "hdfs://127.0.0.1:1/ck")
 
 
 def test_s3a_checkpoint_log_on_a_real_s3_server():
     """s3a:// (what Hadoop-based Spark users write) on moto's S3 server: records are written
     in place (no move on an object store), a second decision is detected, GC removes all."""
-    from connectors.testing.s3 import s3_server
+    from integration_tests.support.s3 import s3_server
 
     with s3_server() as s3:
         bucket = s3.create_bucket()
-        loc = resolve("checkpointLocation", f"s3a://{bucket}/ck")
+        loc = resolve_location("checkpointLocation", f"s3a://{bucket}/ck")
         assert isinstance(loc.fs, pafs.S3FileSystem) and loc.path == f"{bucket}/ck"
         txlog = TransactionLog(f"s3a://{bucket}/ck")
         txlog.record_prepared(0, 0, 0, {"h": 0})
@@ -126,7 +126,7 @@ def test_s3_storage_options_reach_pyarrow(no_aws_env, spelling):
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true",
         "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true",
     }.items()}
-    loc = resolve("path", "s3a://bucket/t/", options)
+    loc = resolve_location("path", "s3a://bucket/t/", options)
     assert (loc.uri, loc.path) == ("s3://bucket/t", "bucket/t")
     args = _s3_args(loc)
     assert (args["access_key"], args["secret_key"], args["session_token"]) == ("AKIAEXAMPLE", "s3cret-Key-7f3a", "tok-123")
@@ -144,49 +144,53 @@ def test_s3_storage_options_reach_pyarrow(no_aws_env, spelling):
     ],
 )
 def test_s3_endpoint_spellings(no_aws_env, options, endpoint, scheme):
-    args = _s3_args(resolve("path", "s3://bucket/t", {"AWS_REGION": "us-east-1", **options}))
+    args = _s3_args(resolve_location("path", "s3://bucket/t",
+                                     {"AWS_REGION": "us-east-1", **options}))
     assert (args["endpoint_override"], args["scheme"]) == (endpoint, scheme)
 
 
 def test_s3_options_fall_back_to_the_environment(monkeypatch, no_aws_env):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9001")
     monkeypatch.setenv("AWS_REGION", "us-west-2")
-    args = _s3_args(resolve("path", "s3://bucket/t", {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}))
+    args = _s3_args(resolve_location("path", "s3://bucket/t",
+                                     {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}))
     assert (args["endpoint_override"], args["scheme"], args["region"]) == ("127.0.0.1:9001", "http", "us-west-2")
-    args = _s3_args(resolve("path", "s3://bucket/t", {"aws_endpoint_url": "http://127.0.0.1:9002"}))
+    args = _s3_args(resolve_location("path", "s3://bucket/t",
+                                     {"aws_endpoint_url": "http://127.0.0.1:9002"}))
     assert args["endpoint_override"] == "127.0.0.1:9002"  # an option beats the environment
     assert not args["access_key"]  # no keys given: pyarrow's own credential chain
 
 
 def test_half_a_key_pair_is_refused_without_showing_the_secret(no_aws_env):
     with pytest.raises(OptionError) as e:
-        resolve("path", "s3://bucket/t", {"aws_secret_access_key": "s3cret-Key-7f3a", "aws_region": "us-east-1"})
+        resolve_location("path", "s3://bucket/t",
+                         {"aws_secret_access_key": "s3cret-Key-7f3a", "aws_region": "us-east-1"})
     assert e.value.option == "storage.AWS_SECRET_ACCESS_KEY"
     assert "storage.AWS_ACCESS_KEY_ID" in str(e.value) and "s3cret-Key-7f3a" not in str(e.value)
 
 
 def test_a_profile_pyarrow_cannot_take_is_refused(no_aws_env, monkeypatch):
     with pytest.raises(OptionError, match=r"storage.AWS_PROFILE.*AWS_PROFILE in the environment"):
-        resolve("path", "s3://bucket/t", {"AWS_PROFILE": "prod", "AWS_REGION": "us-east-1"})
+        resolve_location("path", "s3://bucket/t", {"AWS_PROFILE": "prod", "AWS_REGION": "us-east-1"})
     monkeypatch.setenv("AWS_PROFILE", "prod")  # the same profile for both writers: fine
-    resolve("path", "s3://bucket/t", {"AWS_PROFILE": "prod", "AWS_REGION": "us-east-1"})
+    resolve_location("path", "s3://bucket/t", {"AWS_PROFILE": "prod", "AWS_REGION": "us-east-1"})
 
 
 def test_azure_storage_options_reach_pyarrow():
-    loc = resolve("path", "abfss://data@acct.dfs.core.windows.net/tables/t",
+    loc = resolve_location("path", "abfss://data@acct.dfs.core.windows.net/tables/t",
                   {"azure_storage_sas_token": "?sv=2024&sig=s3cret", "AZURE_STORAGE_ACCOUNT_NAME": "acct"})
     assert isinstance(loc.fs, pafs.AzureFileSystem) and loc.path == "data/tables/t"
     args = loc.fs.__reduce__()[1][0]
     assert (args["account_name"], args["sas_token"], args["account_key"]) == ("acct", "sv=2024&sig=s3cret", "")
     with pytest.raises(OptionError, match="one of the account key and the SAS token"):
-        resolve("path", "abfss://data@acct.dfs.core.windows.net/t",
+        resolve_location("path", "abfss://data@acct.dfs.core.windows.net/t",
                 {"account_key": "a2V5", "sas_token": "sv=1"})
 
 
 def test_gcs_service_account_pyarrow_cannot_take_is_refused(monkeypatch):
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     with pytest.raises(OptionError, match=r"storage.GOOGLE_SERVICE_ACCOUNT.*GOOGLE_APPLICATION_CREDENTIALS"):
-        resolve("path", "gs://bucket/t", {"google_service_account": "/keys/sa.json"})
+        resolve_location("path", "gs://bucket/t", {"google_service_account": "/keys/sa.json"})
 
 
 def test_storage_options_alone_reach_a_real_s3_server(no_aws_env):
@@ -196,13 +200,13 @@ def test_storage_options_alone_reach_a_real_s3_server(no_aws_env):
     import pyarrow.parquet as pq
     from deltalake import DeltaTable, write_deltalake
 
-    from connectors.testing.s3 import s3_server
+    from integration_tests.support.s3 import s3_server
 
     with s3_server(set_env=False) as s3:
         assert not [n for n in os.environ if n.startswith("AWS_")]
         bucket = s3.create_bucket()
         options = {k.lower(): v for k, v in s3.storage_options.items()}  # as Spark passes them
-        loc = resolve("path", f"s3a://{bucket}/t", options)
+        loc = resolve_location("path", f"s3a://{bucket}/t", options)
         pq.write_table(pa.table({"x": [1, 2]}), f"{loc.path}/f.parquet", filesystem=loc.fs)
         assert pq.read_table(f"{loc.path}/f.parquet", filesystem=loc.fs)["x"].to_pylist() == [1, 2]
         write_deltalake(loc.uri, pa.table({"x": [3]}), storage_options=options)

@@ -1,4 +1,4 @@
-"""The peers benchmark's pure logic (benchmarks/peers*.py): arguments, targets and verdicts,
+"""The peers benchmark's pure logic (benchmarks/peers/): arguments, targets and verdicts,
 percentile windows, the first-batch time, the tables. No Spark, no broker."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import pytest
 
 from benchmarks.__main__ import parse_args
-from benchmarks.peers import spec_for
-from benchmarks.peers_latency import PIPELINES, REFERENCE, first_batch_s, round_order
-from benchmarks.peers_report import (
+from benchmarks.peers.lane import spec_for
+from benchmarks.peers.latency import PIPELINES, REFERENCE, first_batch_s, round_order
+from benchmarks.peers.report import (
     SECTIONS,
     evaluate,
     parse_sections,
@@ -18,7 +18,7 @@ from benchmarks.peers_report import (
     tables,
     window_p50s,
 )
-from benchmarks.peers_sinks import _alternating
+from benchmarks.peers.sinks import alternating
 
 
 def test_peers_only_keeps_the_running_order_and_refuses_unknown_names(capsys):
@@ -106,7 +106,7 @@ def test_first_batch_counts_from_start_to_the_first_batch_that_ran():
 
 
 def test_pairs_and_rounds_alternate_their_order():
-    assert list(_alternating(("a", "b"), 3)) == ["a", "b", "b", "a", "a", "b"]
+    assert list(alternating(("a", "b"), 3)) == ["a", "b", "b", "a", "a", "b"]
     assert round_order(0) == list(PIPELINES)
     assert round_order(1) == list(PIPELINES)[::-1]
     assert REFERENCE in PIPELINES

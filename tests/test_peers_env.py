@@ -1,6 +1,6 @@
-"""The peers' environment (connectors/testing/peers.py): which resolved jars a PySpark session
-gets, where the environment lives, and the error when the jars cannot be had. The environment
-itself is built and used by integration_tests/test_peers_interop.py."""
+"""The peers' environment (integration_tests/support/peers.py): which resolved jars a PySpark
+session gets, where the environment lives, and the error when the jars cannot be had. The
+environment itself is built and used by integration_tests/peers/test_peers_interop.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing import peers
+from integration_tests.support import peers
 
 
 @pytest.mark.parametrize("jar, name", [
@@ -66,7 +66,7 @@ def test_without_maven_or_network_the_jars_error_names_what_is_missing(tmp_path)
            "JAVA_TOOL_OPTIONS": "-Dhttps.proxyHost=127.0.0.1 -Dhttps.proxyPort=9 "
                                 "-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=9",
            "HOME": str(tmp_path)}  # no ~/.ivy2 or ~/.m2 holding earlier downloads
-    code = ("from connectors.testing.peers import peers_jars, PeersUnavailable\n"
+    code = ("from integration_tests.support.peers import peers_jars, PeersUnavailable\n"
             "try:\n    print('resolved', peers_jars())\n"
             "except PeersUnavailable as e:\n    print(e)\n")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

@@ -11,7 +11,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from connectors.options import OptionError, Options
+from connectors.core.options import OptionError, Options
 from sinks.postgres import (
     FORMAT_NAME,
     CannotConnect,
@@ -303,11 +303,11 @@ def test_store_errors_that_must_not_be_retried(tmp_path):
         assert not sink.isTransient(exc)
 
 
-# -- the throwaway server's URLs (connectors/testing/postgres.py) ---------------------------
+# -- the throwaway server's URLs (integration_tests/support/postgres.py) ---------------------------
 
 
 def test_test_server_url_quotes_what_libpq_must_read_back():
-    from connectors.testing.postgres import PostgresServer
+    from integration_tests.support.postgres import PostgresServer
 
     server = PostgresServer("127.0.0.1", 5433, "postgres", "p@ss/w:rd?&", "postgres", "15", "/d", 1)
     assert "p@ss" not in repr(server)

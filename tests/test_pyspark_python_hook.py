@@ -1,7 +1,7 @@
 """The interpreter-start hook that makes Spark's Python the one the package is installed in
 (kafka_eos_pyspark_python.py, run by kafka_eos_pyspark_python.pth). Spark takes its Python from
 the environment only (PYSPARK_PYTHON, else `python3` on PATH), so a venv's Python started by
-its path, the venv not activated, found no `kafka-eos` (issue 24)."""
+its path, the venv not activated, found no `kafka-eos`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The package supports pyspark>=4.2,<4.4 (issue 22): an older PySpark is refused where PySpark
+"""The package supports pyspark>=4.2,<4.4: an older PySpark is refused where PySpark
 looks the formats up and where `connectors.register()` runs, with a message naming the versions
 needed, before any PySpark API the old version lacks is imported (which would fail with a bare
 `No module named 'pyspark.sql.streaming.datasource'`)."""

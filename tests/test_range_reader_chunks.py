@@ -36,7 +36,7 @@ class ScriptedConsumer:
 
 
 def _offsets(r: OffsetRange, consumer: ScriptedConsumer) -> list[int]:
-    batches = list(_read_assigned([consumer], r, False, 1000, 2_000, True))
+    batches = list(_read_assigned(consumer, r, False, 1000, 2_000, True))
     return [o for b in batches for o in b.column("offset").to_pylist()]
 
 
@@ -72,14 +72,57 @@ def test_a_consumer_that_gets_nothing_is_replaced_by_one_that_waits_longer(monke
     monkeypatch.setattr(rr, "ESCALATE_AFTER_S", 0.05)
     first = ScriptedConsumer([[("t", 0, o) for o in range(3)]])
     second = ScriptedConsumer([[("t", 0, o) for o in range(3, 8)]])
-    held, asked = [first], []
+    asked = []
 
-    def longer_wait(next_offset: int) -> bool:
+    def longer_wait(next_offset: int) -> ScriptedConsumer:
         asked.append(next_offset)
-        held[0] = second
-        return True
+        return second
 
-    batches = list(rr._read_assigned(held, OffsetRange("t", 0, 0, 8), False, 1000, 5_000, True,
+    batches = list(rr._read_assigned(first, OffsetRange("t", 0, 0, 8), False, 1000, 5_000, True,
                                      longer_wait))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(8))
     assert asked == [3]
+
+
+class ScriptedPool:
+    """The pool's three calls, recorded: each take() hands out the next scripted consumer."""
+
+    def __init__(self, consumers: list[ScriptedConsumer]) -> None:
+        self.consumers, self.calls = list(consumers), []
+
+    def take(self, conf: dict, tp: tuple) -> ScriptedConsumer:
+        consumer = self.consumers.pop(0)
+        self.calls.append(("take", conf["fetch.wait.max.ms"], consumer))
+        return consumer
+
+    def discard(self, consumer: ScriptedConsumer) -> None:
+        self.calls.append(("discard", None, consumer))
+
+    def give_back(self, consumer: ScriptedConsumer, conf: dict, **_: object) -> None:
+        self.calls.append(("give_back", conf["fetch.wait.max.ms"], consumer))
+
+
+def test_read_range_swaps_in_the_longer_waiting_consumer_and_pools_it_afterwards(monkeypatch):
+    """The replaced consumer is discarded, its successor (the next fetch wait, assigned where
+    the first stopped) reads the rest and is the one given back to the pool."""
+    import sources.range_reader as rr
+
+    monkeypatch.setattr(rr, "ESCALATE_AFTER_S", 0.05)
+    monkeypatch.setattr(rr, "_LEARNED_FETCH_WAIT_MS", {})
+    assigned: list[list[TopicPartition]] = []
+    first = ScriptedConsumer([[("t", 0, o) for o in range(3)]])
+    second = ScriptedConsumer([[("t", 0, o) for o in range(3, 8)]])
+    for c in (first, second):
+        c.assign = assigned.append
+    pool = ScriptedPool([first, second])
+    conf = {"bootstrap.servers": "b:9092", "fetch.wait.max.ms": "10"}
+    r = OffsetRange("t", 0, 0, 8)
+    batches = list(rr.read_range(r, {"bootstrap.servers": "b:9092"}, pool=pool,
+                                 poll_timeout_ms=5_000))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(8))
+    first_wait = rr.source_consumer_settings(conf)["fetch.wait.max.ms"]
+    longer = str(rr._next_fetch_wait(int(first_wait)))
+    assert pool.calls == [("take", first_wait, first), ("discard", None, first),
+                          ("take", longer, second), ("give_back", longer, second)]
+    assert [(tp[0].partition, tp[0].offset) for tp in assigned] == [(0, 0), (0, 3)]
+    assert rr._LEARNED_FETCH_WAIT_MS == {"b:9092": int(longer)}

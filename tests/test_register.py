@@ -1,8 +1,8 @@
 """`connectors.register(spark)` registers only the formats the session does not know yet (a
 format PySpark's static lookup found, registered again, is "replaced", a WARN per format and
 session), and refuses, in one line naming what to set, a local session whose Python workers
-cannot import the package (issue 24). The session here is a stand-in for the few attributes
-register() reads: the end-to-end checks are integration_tests/test_registration.py's."""
+cannot import the package. The session here is a stand-in for the few attributes
+register() reads: the end-to-end checks are integration_tests/demo/test_registration.py's."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from connectors.options import OptionError
-from connectors.schema_registry.options import (
+from connectors.core.options import OptionError
+from connectors.core.schema_registry.options import (
     RegistryOptions,
     redact_client_conf,
     registry_option_names,

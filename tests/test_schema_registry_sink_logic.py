@@ -29,27 +29,27 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectors.options import OptionError
-from connectors.schema_registry.encoding import (
+from connectors.core.options import OptionError
+from connectors.core.schema_registry.encoding import (
     EncodingPlan,
     RowDoesNotFit,
     encoder_for,
     wire_prefix,
 )
-from connectors.schema_registry.sink_schema import (
+from connectors.core.schema_registry.sink_schema import (
     SinkRegistry,
     check_fits,
     parse_sink_registries,
 )
-from connectors.schema_registry.options import RegistryOptions
-from connectors.schema_registry.spark_schemas import (
+from connectors.core.schema_registry.options import RegistryOptions
+from connectors.core.schema_registry.spark_schemas import (
     SchemaDerivationError,
     avro_schema,
     decimal_fixed_size,
     json_schema,
     protobuf_file,
 )
-from connectors.options import Options
+from connectors.core.options import Options
 
 
 
@@ -298,8 +298,8 @@ def test_derivation_and_subject_fail_at_query_start():
 def test_the_sink_takes_registry_options_and_refuses_source_ones(tmp_path):
     from sinks.kafka_data_source import KafkaSinkDataSource
 
-    def kafka_stream_writer(options, schema, overwrite):
-        return KafkaSinkDataSource(options).streamWriter(schema, overwrite)
+    def kafka_stream_writer(raw, schema, overwrite):
+        return KafkaSinkDataSource(raw).streamWriter(schema, overwrite)
 
     schema = StructType([StructField("value", StringType())])
     base = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "out",
@@ -342,7 +342,7 @@ def test_use_latest_version_checks_the_column_against_the_schema():
 
 
 def test_nested_maps_become_dicts_as_pyarrows_own_conversion_makes_them():
-    from connectors.schema_registry.encoding import Encoder
+    from connectors.core.schema_registry.encoding import Encoder
 
     t = pa.struct([("m", pa.map_(pa.string(), pa.map_(pa.string(), pa.int32()))),
                    ("l", pa.list_(pa.struct([("mm", pa.map_(pa.int32(), pa.string()))])))])
@@ -386,7 +386,7 @@ def test_columnar_avro_is_byte_for_byte_fastavros(seed):
     """The derived schema's rows, encoded column by column with Arrow, are the bytes fastavro
     writes row by row (nulls at every level, extremes, multi-byte text, empty lists and maps,
     negative decimals, a sliced batch)."""
-    from connectors.schema_registry.avro_columns import encode_column
+    from connectors.core.schema_registry.avro_columns import encode_column
 
     schema = avro_schema(ROW)
     parsed = fastavro.parse_schema(schema)
@@ -417,7 +417,7 @@ def test_columnar_avro_leaves_a_null_in_a_required_field_to_fastavro_which_names
 def test_columnar_avro_covers_the_other_scalar_types_byte_for_byte():
     import random
 
-    from connectors.schema_registry.avro_columns import encode_column
+    from connectors.core.schema_registry.avro_columns import encode_column
     from pyspark.sql.types import BooleanType, ByteType, FloatType, NullType, ShortType
 
     spark_type = StructType([

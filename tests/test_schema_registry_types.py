@@ -16,17 +16,18 @@ import fastavro
 import pyarrow as pa
 import pytest
 
-from connectors.schema_registry.avro_types import (
+from connectors.core.schema_registry.avro_types import (
     UnsupportedAvroSchema,
     spark_type_of,
     unresolvable_field,
 )
-from connectors.schema_registry.client import RegistryClient, RegistryUnavailable
-from connectors.schema_registry.decoding import MalformedRecordError, ReaderSchema, new_decoder
-from connectors.schema_registry.json_schema_types import UnsupportedJsonSchema, json_plan
-from connectors.schema_registry.options import RegistryOptions
-from connectors.schema_registry.protobuf_types import UnsupportedProtobufSchema, arrow_type
-from connectors.testing.protobuf_messages import message_classes
+from connectors.core.schema_registry.client import RegistryClient, RegistryUnavailable
+from connectors.core.schema_registry.decoding import MalformedRecordError, ReaderSchema
+from connectors.core.schema_registry.decoders import new_decoder
+from connectors.core.schema_registry.json_schema_types import UnsupportedJsonSchema, json_plan
+from connectors.core.schema_registry.options import RegistryOptions
+from connectors.core.schema_registry.protobuf_types import UnsupportedProtobufSchema, arrow_type
+from integration_tests.support.protobuf_messages import message_classes
 
 UTC = dt.timezone.utc
 URL = "http://127.0.0.1:9"  # never asked: every record here carries the reader schema's id

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sources.batch_metrics import (
     SOURCE_METRICS_ENV,
     PlannedBatch,
@@ -231,7 +231,7 @@ class _Committer:
 def _reader(highs, **extra) -> KafkaStreamReader:
     raw = {"kafka.bootstrap.servers": "nowhere:9092", "subscribe": "a", **extra}
     reader = KafkaStreamReader(parse_source_options(raw, batch=False))
-    reader._resolver = _Resolver(highs)
+    reader._lookup = _Resolver(highs)
     return reader
 
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sources.kafka_options import KafkaSourceOptions, StartSpec, Subscription, parse_source_options
 
 BASE = {"kafka.bootstrap.servers": "broker1:9092,broker2:9092", "subscribe": "events"}

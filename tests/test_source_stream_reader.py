@@ -10,13 +10,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sources.kafka_options import parse_source_options
 from sources.kafka_source import KafkaBatchReader, KafkaStreamReader
 from sources.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from sources.range_reader import DataLossError
-from connectors.kafka_client import KafkaRetriesExhausted
-from sources.resolver import OffsetResolver
+from connectors.core.kafka_client import KafkaRetriesExhausted
+from sources.offset_lookup import OffsetLookup
 
 P0: TopicPartition = ("lat", 0)
 
@@ -26,7 +26,7 @@ def _options(**extra: str):
     return parse_source_options(raw, batch=False)
 
 
-class ScriptedResolver(OffsetResolver):
+class ScriptedLookup(OffsetLookup):
     """Answers latest-offset look-ups from a script; the last answer repeats."""
 
     def __init__(self, options, highs: list[PartitionOffsets], low: int = 0) -> None:
@@ -57,15 +57,15 @@ class ScriptedResolver(OffsetResolver):
 
 
 class NoBroker:
-    """Stands in for the resolver where the broker must not be consulted."""
+    """Stands in for the lookup where the broker must not be consulted."""
 
     def __getattr__(self, name: str):
         raise AssertionError(f"the broker was consulted ({name}) while planning a logged batch")
 
 
-def _reader(options, resolver) -> KafkaStreamReader:
+def _reader(options, lookup) -> KafkaStreamReader:
     reader = KafkaStreamReader(options)
-    reader._resolver = resolver
+    reader._lookup = lookup
     return reader
 
 
@@ -74,57 +74,57 @@ def _reader(options, resolver) -> KafkaStreamReader:
 
 def test_latest_that_went_back_once_is_fetched_again():
     """Seen on the embedded broker with a producer running: 338, then 328, then 340."""
-    resolver = ScriptedResolver(_options(), [{P0: 328}, {P0: 340}])
-    end = _reader(resolver.options, resolver).latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
+    lookup = ScriptedLookup(_options(), [{P0: 328}, {P0: 340}])
+    end = _reader(lookup.options, lookup).latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
     assert end == {"lat": {"0": 340}}
-    assert resolver.latest_calls == 2
+    assert lookup.latest_calls == 2
 
 
 def test_latest_that_went_back_is_fetched_again_under_a_read_limit():
     opts = _options(maxOffsetsPerTrigger="5")
-    resolver = ScriptedResolver(opts, [{P0: 328}, {P0: 328}, {P0: 350}])
-    end = _reader(opts, resolver).latestOffset({"lat": {"0": 338}}, ReadMaxRows(5))
+    lookup = ScriptedLookup(opts, [{P0: 328}, {P0: 328}, {P0: 350}])
+    end = _reader(opts, lookup).latestOffset({"lat": {"0": 338}}, ReadMaxRows(5))
     assert end == {"lat": {"0": 343}}
-    assert resolver.latest_calls == 3
+    assert lookup.latest_calls == 3
 
 
 def test_latest_that_stays_back_after_all_retries_is_data_loss():
-    resolver = ScriptedResolver(_options(**{"fetchOffset.retryIntervalMs": "0"}), [{P0: 328}])
-    reader = _reader(resolver.options, resolver)
+    lookup = ScriptedLookup(_options(**{"fetchOffset.retryIntervalMs": "0"}), [{P0: 328}])
+    reader = _reader(lookup.options, lookup)
     with pytest.raises(DataLossError, match=r"went back from 338 to 328.*failOnDataLoss=false"):
         reader.latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
-    assert resolver.latest_calls == 4  # the first look-up and fetchOffset.numRetries=3 more
+    assert lookup.latest_calls == 4  # the first look-up and fetchOffset.numRetries=3 more
 
 
 def test_num_retries_zero_believes_the_first_answer():
     opts = _options(**{"fetchOffset.numRetries": "0"})
-    resolver = ScriptedResolver(opts, [{P0: 328}, {P0: 340}])
+    lookup = ScriptedLookup(opts, [{P0: 328}, {P0: 340}])
     with pytest.raises(DataLossError, match="failOnDataLoss"):
-        _reader(opts, resolver).latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
-    assert resolver.latest_calls == 1
+        _reader(opts, lookup).latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
+    assert lookup.latest_calls == 1
 
 
 def test_latest_that_stays_back_without_fail_on_data_loss_rereads_from_earliest(caplog):
     opts = _options(failOnDataLoss="false", **{"fetchOffset.retryIntervalMs": "0"})
-    resolver = ScriptedResolver(opts, [{P0: 328}])
-    end = _reader(opts, resolver).latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
+    lookup = ScriptedLookup(opts, [{P0: 328}])
+    end = _reader(opts, lookup).latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
     assert end == {"lat": {"0": 328}}
-    assert resolver.latest_calls == 4
+    assert lookup.latest_calls == 4
     assert "went back from 338 to 328" in caplog.text
 
 
 def test_latest_that_did_not_go_back_is_fetched_once():
-    resolver = ScriptedResolver(_options(), [{P0: 338, ("lat", 1): 7}])
-    end = _reader(resolver.options, resolver).latestOffset(
+    lookup = ScriptedLookup(_options(), [{P0: 338, ("lat", 1): 7}])
+    end = _reader(lookup.options, lookup).latestOffset(
         {"lat": {"0": 300, "1": 7}}, ReadAllAvailable()
     )
     assert end == {"lat": {"0": 338, "1": 7}}
-    assert resolver.latest_calls == 1
+    assert lookup.latest_calls == 1
 
 
 def test_trigger_available_now_target_that_went_back_is_fetched_again():
-    resolver = ScriptedResolver(_options(), [{P0: 328}, {P0: 345}])
-    reader = _reader(resolver.options, resolver)
+    lookup = ScriptedLookup(_options(), [{P0: 328}, {P0: 345}])
+    reader = _reader(lookup.options, lookup)
     reader.prepareForTriggerAvailableNow()
     end = reader.latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
     assert end == {"lat": {"0": 345}}
@@ -134,14 +134,14 @@ def test_trigger_available_now_target_that_went_back_is_fetched_again():
 def test_trigger_available_now_reads_to_its_target_whatever_min_offsets_per_trigger():
     """Trigger.AvailableNow ends at the first trigger without a new batch: a batch delayed for
     minOffsetsPerTrigger there ended the run with the records unread (seen beside Spark's own
-    source, which read them: integration_tests/test_peers_kafka.py)."""
+    source, which read them: integration_tests/peers/test_peers_kafka.py)."""
     opts = _options(minOffsetsPerTrigger="1000", maxTriggerDelay="1h")
-    resolver = ScriptedResolver(opts, [{P0: 30}])
-    reader = _reader(opts, resolver)
+    lookup = ScriptedLookup(opts, [{P0: 30}])
+    reader = _reader(opts, lookup)
     reader.prepareForTriggerAvailableNow()
     assert reader.latestOffset({"lat": {"0": 0}}, ReadMinRows(1000)) == {"lat": {"0": 30}}
     # without Trigger.AvailableNow the batch still waits for 1000 records (or the delay)
-    other = _reader(opts, ScriptedResolver(opts, [{P0: 30}]))
+    other = _reader(opts, ScriptedLookup(opts, [{P0: 30}]))
     assert other.latestOffset({"lat": {"0": 0}}, ReadMinRows(1000)) == {"lat": {"0": 0}}
 
 
@@ -169,7 +169,7 @@ def test_replayed_plan_is_the_same_whatever_the_broker_says_now():
     opts = _options(failOnDataLoss="false")
     start, end = {"lat": {"0": 100}}, {"lat": {"0": 150}}
     plans = [
-        _plan(_reader(opts, ScriptedResolver(opts, [{P0: high}], low=low)), start, end)
+        _plan(_reader(opts, ScriptedLookup(opts, [{P0: high}], low=low)), start, end)
         for low, high in ((0, 150), (120, 200), (500, 600))
     ]
     assert plans == [[OffsetRange("lat", 0, 100, 150)]] * 3
@@ -192,7 +192,7 @@ def test_replayed_batch_whose_offsets_went_back_fails_with_fail_on_data_loss():
 
 
 class FakeMetadata:
-    """Stands in for connectors.kafka_client.KafkaMetadata: scripted topics, watermarks and
+    """Stands in for connectors.core.kafka_client.KafkaMetadata: scripted topics, watermarks and
     offsets by time; `failures` transient errors before each kind of look-up answers."""
 
     def __init__(self, highs: list[PartitionOffsets], *, by_time=None, failures: int = 0) -> None:
@@ -234,13 +234,13 @@ class FakeMetadata:
         return {tp: self.by_time.get((tp, ts), -1) for tp, ts in wanted.items()}
 
 
-def _resolver(options, metadata: FakeMetadata, sleeps: list[float] | None = None) -> OffsetResolver:
-    """A real OffsetResolver over scripted metadata (no broker)."""
-    resolver = OffsetResolver.__new__(OffsetResolver)
-    resolver.options = options
-    resolver.metadata = metadata
-    resolver._sleep = (sleeps if sleeps is not None else []).append
-    return resolver
+def _lookup(options, metadata: FakeMetadata, sleeps: list[float] | None = None) -> OffsetLookup:
+    """A real OffsetLookup over scripted metadata (no broker)."""
+    lookup = OffsetLookup.__new__(OffsetLookup)
+    lookup.options = options
+    lookup.metadata = metadata
+    lookup._sleep = (sleeps if sleeps is not None else []).append
+    return lookup
 
 
 def _batch(**extra: str):
@@ -251,8 +251,8 @@ def _batch(**extra: str):
 def test_transient_lookup_errors_are_retried_retry_interval_apart():
     opts = _options(**{"fetchOffset.retryIntervalMs": "700", "fetchOffset.numRetries": "2"})
     sleeps: list[float] = []
-    resolver = _resolver(opts, FakeMetadata([{P0: 40}], failures=2), sleeps)
-    assert resolver.latest([P0]) == {P0: 40}
+    lookup = _lookup(opts, FakeMetadata([{P0: 40}], failures=2), sleeps)
+    assert lookup.latest([P0]) == {P0: 40}
     assert sleeps == [0.7, 0.7]
 
 
@@ -261,11 +261,11 @@ def test_transient_lookup_errors_are_retried_until_the_retry_timeout_then_fail_n
     10 ms apart. kafkaRetryTimeout does, and each failed attempt drops the client."""
     opts = _options(**{"fetchOffset.numRetries": "1", "kafkaRetryTimeout": "1s"})
     sleeps: list[float] = []
-    resolver = _resolver(opts, FakeMetadata([{P0: 40}], failures=1000), sleeps)
+    lookup = _lookup(opts, FakeMetadata([{P0: 40}], failures=1000), sleeps)
     with pytest.raises(KafkaRetriesExhausted,
                        match=r"listing topics at nowhere:9092 .*kafkaRetryTimeout=1 s"):
-        resolver.partitions(strict=True)
-    calls = resolver.metadata.calls
+        lookup.partitions(strict=True)
+    calls = lookup.metadata.calls
     assert calls.count("topics") > 2 and calls.count("reset") == calls.count("topics") - 1
     assert sleeps and max(sleeps) < 1  # no wait planned past the deadline
 
@@ -276,10 +276,10 @@ def test_non_transient_lookup_errors_are_not_retried():
             self.calls.append("watermarks")
             raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
 
-    resolver = _resolver(_options(), Refusing([{P0: 1}]))
+    lookup = _lookup(_options(), Refusing([{P0: 1}]))
     with pytest.raises(KafkaException):
-        resolver.latest([P0])
-    assert resolver.metadata.calls == ["watermarks"]
+        lookup.latest([P0])
+    assert lookup.metadata.calls == ["watermarks"]
 
 
 @pytest.mark.parametrize("strategy", ["error", "latest"])
@@ -289,7 +289,7 @@ def test_ending_timestamp_without_a_record_after_it_ends_at_latest(strategy):
     opts = _batch(endingTimestamp="5000", startingOffsetsByTimestampStrategy=strategy)
     p1 = ("lat", 1)
     meta = FakeMetadata([{P0: 30, p1: 12}], by_time={(P0, 5000): 17})
-    assert _resolver(opts, meta).resolve(opts.ending, [P0, p1], opts.ending_option) == {P0: 17, p1: 12}
+    assert _lookup(opts, meta).offsets_for(opts.ending, [P0, p1], opts.ending_option) == {P0: 17, p1: 12}
 
 
 def test_starting_timestamp_without_a_record_after_it_follows_the_strategy():
@@ -297,21 +297,21 @@ def test_starting_timestamp_without_a_record_after_it_follows_the_strategy():
     meta = FakeMetadata([{P0: 30, p1: 12}], by_time={(P0, 5000): 17})
     opts = _batch(startingTimestamp="5000")
     with pytest.raises(OptionError, match=r"Option 'startingTimestamp'.*lat-1.*Strategy=latest"):
-        _resolver(opts, meta).resolve(opts.starting, [P0, p1], opts.starting_option)
+        _lookup(opts, meta).offsets_for(opts.starting, [P0, p1], opts.starting_option)
     opts = _batch(startingTimestamp="5000", startingOffsetsByTimestampStrategy="latest")
-    assert _resolver(opts, meta).resolve(opts.starting, [P0, p1], opts.starting_option) == {P0: 17, p1: 12}
+    assert _lookup(opts, meta).offsets_for(opts.starting, [P0, p1], opts.starting_option) == {P0: 17, p1: 12}
 
 
 def test_ending_offsets_by_timestamp_must_cover_every_partition():
     opts = _batch(endingOffsetsByTimestamp='{"lat": {"0": 5000}}')
     meta = FakeMetadata([{P0: 30, ("lat", 1): 12}])
     with pytest.raises(OptionError, match=r"Option 'endingOffsetsByTimestamp'.*missing lat-1"):
-        _resolver(opts, meta).resolve(opts.ending, [P0, ("lat", 1)], opts.ending_option)
+        _lookup(opts, meta).offsets_for(opts.ending, [P0, ("lat", 1)], opts.ending_option)
 
 
 def _batch_plan(opts, meta: FakeMetadata) -> list[OffsetRange]:
     reader = KafkaBatchReader(opts)
-    reader._resolver = _resolver(opts, meta)
+    reader._lookup = _lookup(opts, meta)
     return [r for p in reader.partitions() for r in p.ranges]
 
 
@@ -360,7 +360,7 @@ def test_one_metadata_client_serves_every_batch_and_a_failed_one_is_replaced(mon
 
     made: list = []
 
-    class Counting(ScriptedResolver):
+    class Counting(ScriptedLookup):
         def __init__(self, options):
             super().__init__(options, [{P0: 10}])
             self.closed = False
@@ -375,7 +375,7 @@ def test_one_metadata_client_serves_every_batch_and_a_failed_one_is_replaced(mon
                 raise KafkaException(KafkaError(KafkaError._TRANSPORT))
             return super().latest(tps)
 
-    monkeypatch.setattr(ks, "OffsetResolver", Counting)
+    monkeypatch.setattr(ks, "OffsetLookup", Counting)
     reader = KafkaStreamReader(_options(**{"fetchOffset.numRetries": "0"}))
     for _ in range(3):
         reader.latestOffset({"lat": {"0": 0}}, ReadAllAvailable())
@@ -383,7 +383,7 @@ def test_one_metadata_client_serves_every_batch_and_a_failed_one_is_replaced(mon
     made[0].fail_next = True
     with pytest.raises(KafkaException):
         reader.latestOffset({"lat": {"0": 0}}, ReadAllAvailable())
-    assert made[0].closed and reader._resolver is None
+    assert made[0].closed and reader._lookup is None
     reader.latestOffset({"lat": {"0": 0}}, ReadAllAvailable())
     assert len(made) == 2
     reader.stop()
@@ -393,12 +393,12 @@ def test_one_metadata_client_serves_every_batch_and_a_failed_one_is_replaced(mon
 def test_initial_offset_is_resolved_once():
     """Spark asks for the initial offset again when it runs the first batch; a second look-up
     of `latest` under a live producer would start that batch after its end."""
-    class Moving(ScriptedResolver):
-        def resolve(self, spec, tps, option):
+    class Moving(ScriptedLookup):
+        def offsets_for(self, spec, tps, option):
             return self.latest(tps)
 
-    resolver = Moving(_options(), [{P0: 100}, {P0: 150}])
-    reader = _reader(_options(), resolver)
+    lookup = Moving(_options(), [{P0: 100}, {P0: 150}])
+    reader = _reader(_options(), lookup)
     first = reader.initialOffset()
     end = reader.latestOffset(first, ReadAllAvailable())
     assert reader.initialOffset() == first == {"lat": {"0": 100}}

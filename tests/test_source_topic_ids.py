@@ -16,9 +16,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from sources import offsets as off
 from sources.offsets import OffsetRange
 from sources.range_reader import DataLossError
-from connectors.kafka_client import KafkaRetriesExhausted
-from sources.resolver import OffsetResolver
-from tests.test_source_stream_reader import P0, NoBroker, ScriptedResolver, _options, _reader
+from connectors.core.kafka_client import KafkaRetriesExhausted
+from sources.offset_lookup import OffsetLookup
+from tests.test_source_stream_reader import P0, NoBroker, ScriptedLookup, _options, _reader
 
 P1 = ("lat", 1)
 OLD, NEW = "eV8o8el9Q922lRakACxvhA", "AaIT00MmdyO05xyoO1s0pA"
@@ -71,38 +71,38 @@ def _with_ids(start: dict, ids: dict) -> dict:
 
 
 def test_old_format_start_gets_ids_recorded_from_the_next_batch_on():
-    resolver = ScriptedResolver(_options(), [{P0: 20}])
-    resolver.ids = {"lat": OLD}
-    end = _reader(resolver.options, resolver).latestOffset({"lat": {"0": 10}}, ReadAllAvailable())
+    lookup = ScriptedLookup(_options(), [{P0: 20}])
+    lookup.ids = {"lat": OLD}
+    end = _reader(lookup.options, lookup).latestOffset({"lat": {"0": 10}}, ReadAllAvailable())
     assert end == {"lat": {"0": 20}, off.TOPIC_IDS_KEY: {"lat": OLD}}
 
 
 def test_no_new_records_leaves_an_old_format_start_as_it_is():
     """Spark runs a batch when the end differs from the start: ids appearing in the JSON must
     not make one of nothing."""
-    resolver = ScriptedResolver(_options(), [{P0: 10}])
-    resolver.ids = {"lat": OLD}
+    lookup = ScriptedLookup(_options(), [{P0: 10}])
+    lookup.ids = {"lat": OLD}
     start = {"lat": {"0": 10}}
-    assert _reader(resolver.options, resolver).latestOffset(start, ReadAllAvailable()) == start
+    assert _reader(lookup.options, lookup).latestOffset(start, ReadAllAvailable()) == start
 
 
 def test_same_id_reads_on():
-    resolver = ScriptedResolver(_options(), [{P0: 30}])
-    resolver.ids = {"lat": OLD}
-    reader = _reader(resolver.options, resolver)
+    lookup = ScriptedLookup(_options(), [{P0: 30}])
+    lookup.ids = {"lat": OLD}
+    reader = _reader(lookup.options, lookup)
     start = _with_ids({"lat": {"0": 10}}, {"lat": OLD})
     end = reader.latestOffset(start, ReadAllAvailable())
     assert end == {"lat": {"0": 30}, off.TOPIC_IDS_KEY: {"lat": OLD}}
     assert [r for p in reader.partitions(start, end) for r in p.ranges] == [OffsetRange("lat", 0, 10, 30)]
-    assert resolver.id_lookups == 1  # one look-up per batch, none to plan it
+    assert lookup.id_lookups == 1  # one look-up per batch, none to plan it
 
 
 def test_failed_id_look_up_keeps_the_recorded_id_and_the_json_stable():
-    resolver = ScriptedResolver(_options(), [{P0: 10}])  # no ids given
-    reader = _reader(resolver.options, resolver)
+    lookup = ScriptedLookup(_options(), [{P0: 10}])  # no ids given
+    reader = _reader(lookup.options, lookup)
     start = _with_ids({"lat": {"0": 10}}, {"lat": OLD})
     assert reader.latestOffset(start, ReadAllAvailable()) == start
-    resolver.highs = [{P0: 12}]
+    lookup.highs = [{P0: 12}]
     assert reader.latestOffset(start, ReadAllAvailable()) == _with_ids({"lat": {"0": 12}},
                                                                        {"lat": OLD})
 
@@ -110,28 +110,28 @@ def test_failed_id_look_up_keeps_the_recorded_id_and_the_json_stable():
 def test_recreated_topic_past_the_old_offsets_fails_naming_topic_and_ids():
     """The new topic holds more records than were read of the old one: nothing went back,
     only the id tells."""
-    resolver = ScriptedResolver(_options(), [{P0: 25, P1: 25}])
-    resolver.ids = {"lat": NEW}
+    lookup = ScriptedLookup(_options(), [{P0: 25, P1: 25}])
+    lookup.ids = {"lat": NEW}
     start = _with_ids({"lat": {"0": 10, "1": 10}}, {"lat": OLD})
     with pytest.raises(DataLossError) as failed:
-        _reader(resolver.options, resolver).latestOffset(start, ReadAllAvailable())
+        _reader(lookup.options, lookup).latestOffset(start, ReadAllAvailable())
     message = str(failed.value)
     assert "topic lat was deleted and created again" in message
     assert OLD in message and NEW in message and "failOnDataLoss=false" in message
-    assert resolver.latest_calls == 0  # failed before looking up its offsets
+    assert lookup.latest_calls == 0  # failed before looking up its offsets
 
 
 @pytest.mark.parametrize("limit", [ReadAllAvailable(), ReadMaxRows(100)])
 def test_recreated_topic_without_fail_on_data_loss_is_read_from_its_start(caplog, limit):
     opts = _options(failOnDataLoss="false")
-    resolver = ScriptedResolver(opts, [{P0: 25, P1: 25}], low=0)
-    resolver.ids = {"lat": NEW}
-    reader = _reader(opts, resolver)
+    lookup = ScriptedLookup(opts, [{P0: 25, P1: 25}], low=0)
+    lookup.ids = {"lat": NEW}
+    reader = _reader(opts, lookup)
     start = _with_ids({"lat": {"0": 10, "1": 10}}, {"lat": OLD})
     with caplog.at_level(logging.WARNING):
         end = reader.latestOffset(start, limit)
     assert end == {"lat": {"0": 25, "1": 25}, off.TOPIC_IDS_KEY: {"lat": NEW}}
-    assert resolver.latest_calls == 1  # no "went back" look-ups: the topic is known to be new
+    assert lookup.latest_calls == 1  # no "went back" look-ups: the topic is known to be new
     assert "lat-0: 10, lat-1: 10" in caplog.text and OLD in caplog.text and NEW in caplog.text
     plan = [r for p in reader.partitions(start, end) for r in p.ranges]
     assert plan == [OffsetRange("lat", 0, 0, 25), OffsetRange("lat", 1, 0, 25)]
@@ -139,20 +139,20 @@ def test_recreated_topic_without_fail_on_data_loss_is_read_from_its_start(caplog
 
 def test_recreated_topic_with_fewer_records_is_reported_once_as_recreated():
     opts = _options(failOnDataLoss="false")
-    resolver = ScriptedResolver(opts, [{P0: 3}], low=0)
-    resolver.ids = {"lat": NEW}
-    end = _reader(opts, resolver).latestOffset(_with_ids({"lat": {"0": 10}}, {"lat": OLD}),
+    lookup = ScriptedLookup(opts, [{P0: 3}], low=0)
+    lookup.ids = {"lat": NEW}
+    end = _reader(opts, lookup).latestOffset(_with_ids({"lat": {"0": 10}}, {"lat": OLD}),
                                                ReadAllAvailable())
     assert end == {"lat": {"0": 3}, off.TOPIC_IDS_KEY: {"lat": NEW}}
-    assert resolver.latest_calls == 1
+    assert lookup.latest_calls == 1
 
 
 def test_recreated_topic_with_no_records_yet_still_records_the_new_id():
     opts = _options(failOnDataLoss="false")
-    resolver = ScriptedResolver(opts, [{P0: 0}], low=0)
-    resolver.ids = {"lat": NEW}
+    lookup = ScriptedLookup(opts, [{P0: 0}], low=0)
+    lookup.ids = {"lat": NEW}
     start = _with_ids({"lat": {"0": 0}}, {"lat": OLD})
-    end = _reader(opts, resolver).latestOffset(start, ReadAllAvailable())
+    end = _reader(opts, lookup).latestOffset(start, ReadAllAvailable())
     assert end == {"lat": {"0": 0}, off.TOPIC_IDS_KEY: {"lat": NEW}}  # not warned again next time
 
 
@@ -176,13 +176,13 @@ def test_logged_batch_across_a_recreation_is_planned_from_zero_without_the_broke
 
 
 def test_replayed_batch_checks_the_topic_is_still_the_logged_one():
-    resolver = ScriptedResolver(_options(), [{P0: 30}])
-    resolver.ids = {"lat": OLD}
-    reader = _reader(resolver.options, resolver)
+    lookup = ScriptedLookup(_options(), [{P0: 30}])
+    lookup.ids = {"lat": OLD}
+    reader = _reader(lookup.options, lookup)
     start = _with_ids({"lat": {"0": 10}}, {"lat": OLD})
     end = _with_ids({"lat": {"0": 25}}, {"lat": OLD})
     assert [r for p in reader.partitions(start, end) for r in p.ranges] == [OffsetRange("lat", 0, 10, 25)]
-    assert resolver.id_lookups == 1 and resolver.latest_calls == 0
+    assert lookup.id_lookups == 1 and lookup.latest_calls == 0
 
 
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
@@ -191,9 +191,9 @@ def test_replayed_batch_of_a_topic_recreated_since_reads_nothing_of_it(fail_on_d
     offsets name records that are gone. Fail, or read nothing of it (the next batch reads the
     new topic from its start)."""
     opts = _options(failOnDataLoss=fail_on_data_loss, subscribe="lat,b")
-    resolver = ScriptedResolver(opts, [{P0: 30, ("b", 0): 9}])
-    resolver.ids = {"lat": NEW, "b": OLD}
-    reader = _reader(opts, resolver)
+    lookup = ScriptedLookup(opts, [{P0: 30, ("b", 0): 9}])
+    lookup.ids = {"lat": NEW, "b": OLD}
+    reader = _reader(opts, lookup)
     start = _with_ids({"lat": {"0": 10}, "b": {"0": 4}}, {"lat": OLD, "b": OLD})
     end = _with_ids({"lat": {"0": 25}, "b": {"0": 9}}, {"lat": OLD, "b": OLD})
     if fail_on_data_loss == "true":
@@ -213,15 +213,15 @@ def test_replayed_batch_of_a_topic_recreated_since_reads_nothing_of_it(fail_on_d
 
 
 def test_initial_offset_records_the_ids():
-    resolver = ScriptedResolver(_options(startingOffsets="earliest"), [{P0: 30}])
-    resolver.ids = {"lat": OLD}
+    lookup = ScriptedLookup(_options(startingOffsets="earliest"), [{P0: 30}])
+    lookup.ids = {"lat": OLD}
 
-    class Earliest(type(resolver)):
-        def resolve(self, spec, tps, option):
+    class Earliest(type(lookup)):
+        def offsets_for(self, spec, tps, option):
             return {tp: 0 for tp in tps}
 
-    resolver.__class__ = Earliest
-    assert _reader(resolver.options, resolver).initialOffset() == {
+    lookup.__class__ = Earliest
+    assert _reader(lookup.options, lookup).initialOffset() == {
         "lat": {"0": 0}, off.TOPIC_IDS_KEY: {"lat": OLD}}
 
 
@@ -270,15 +270,15 @@ class FakeAdmin:
         return answer
 
 
-def _id_resolver(admin: FakeAdmin, **extra: str) -> OffsetResolver:
-    resolver = OffsetResolver.__new__(OffsetResolver)
-    resolver.options = _options(**extra)
-    resolver._sleep = lambda s: None
-    resolver._admin = admin
-    if admin is not None:  # after a failure the resolver builds a new one
-        resolver._new_admin = lambda conf: admin
-    resolver.metadata = types.SimpleNamespace(reset=lambda: None)
-    return resolver
+def _id_lookup(admin: FakeAdmin, **extra: str) -> OffsetLookup:
+    lookup = OffsetLookup.__new__(OffsetLookup)
+    lookup.options = _options(**extra)
+    lookup._sleep = lambda s: None
+    lookup._admin = admin
+    if admin is not None:  # after a failure the lookup builds a new one
+        lookup._new_admin = lambda conf: admin
+    lookup.metadata = types.SimpleNamespace(reset=lambda: None)
+    return lookup
 
 
 def test_topic_ids_one_round_trip_for_every_topic():
@@ -287,34 +287,34 @@ def test_topic_ids_one_round_trip_for_every_topic():
         "zero": _Done(_Described(_Uuid(0, 0, "AAAAAAAAAAAAAAAAAAAAAA"))),  # no id from broker
         "gone": _Done(error=KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)),
     }])
-    assert _id_resolver(admin).topic_ids(["gone", "a", "zero", "a"]) == {"a": OLD}
+    assert _id_lookup(admin).topic_ids(["gone", "a", "zero", "a"]) == {"a": OLD}
     assert admin.calls == [["a", "gone", "zero"]]
 
 
 def test_topic_ids_retry_transient_errors_and_give_up_quietly_on_refusals(caplog):
     transient = KafkaException(KafkaError(KafkaError._TRANSPORT))
     admin = FakeAdmin([transient, {"a": _Done(_Described(_Uuid(1, 2, OLD)))}])
-    assert _id_resolver(admin).topic_ids(["a"]) == {"a": OLD}
+    assert _id_lookup(admin).topic_ids(["a"]) == {"a": OLD}
     assert len(admin.calls) == 2
 
     refused = {"a": _Done(error=KafkaError(KafkaError.UNSUPPORTED_VERSION))}
     admin = FakeAdmin([refused])
-    resolver = _id_resolver(admin)
+    lookup = _id_lookup(admin)
     with caplog.at_level(logging.WARNING):
-        assert resolver.topic_ids(["a"]) == {}
-        assert resolver.topic_ids(["a"]) == {}
+        assert lookup.topic_ids(["a"]) == {}
+        assert lookup.topic_ids(["a"]) == {}
     assert len(admin.calls) == 1  # not asked again
     assert "offsets that went back" in caplog.text
 
     admin = FakeAdmin([transient] * 1000)
     with pytest.raises(KafkaRetriesExhausted, match="describing topics"):
-        _id_resolver(admin, kafkaRetryTimeout="1s").topic_ids(["a"])
+        _id_lookup(admin, kafkaRetryTimeout="1s").topic_ids(["a"])
     assert len(admin.calls) > 2  # retried under the deadline, then failed: not taken as a refusal
 
 
 def test_admin_client_gets_no_consumer_only_settings(monkeypatch):
     """One admin client serves the topic ids and the offset look-ups (KafkaMetadata's)."""
-    import connectors.kafka_client as kc
+    import connectors.core.kafka_client as kc
 
     seen: list[dict] = []
 
@@ -324,16 +324,16 @@ def test_admin_client_gets_no_consumer_only_settings(monkeypatch):
             super().__init__([{"lat": _Done(_Described(_Uuid(1, 2, OLD)))}])
 
     monkeypatch.setattr(kc, "AdminClient", Recording)
-    resolver = _id_resolver(None, **{"kafka.isolation.level": "read_committed",
+    lookup = _id_lookup(None, **{"kafka.isolation.level": "read_committed",
                                      "kafka.fetch.wait.max.ms": "20",
                                      "kafka.security.protocol": "PLAINTEXT"})
-    resolver.metadata = kc.KafkaMetadata(resolver.options.kafka_conf)
-    resolver._admin = None
-    assert resolver.topic_ids(["lat"]) == {"lat": OLD}
+    lookup.metadata = kc.KafkaMetadata(lookup.options.kafka_conf)
+    lookup._admin = None
+    assert lookup.topic_ids(["lat"]) == {"lat": OLD}
     (conf,) = seen
     assert conf["bootstrap.servers"] == "nowhere:9092" and conf["security.protocol"] == "PLAINTEXT"
     assert not {"group.id", "isolation.level", "fetch.wait.max.ms"} & set(conf)
-    assert resolver.metadata.admin() is resolver._admin
+    assert lookup.metadata.admin() is lookup._admin
 
 
 def test_checkpoint_inspection_reads_offsets_with_ids():

@@ -1,5 +1,5 @@
 """Storage configurations that make concurrent Delta commits unsafe are refused at query start
-(connectors/storage.py); and, on a real S3 protocol server (moto), concurrent delta-rs
+(sinks/delta/storage.py); and, on a real S3 protocol server (moto), concurrent delta-rs
 committers never lose a commit under the configuration that is accepted."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.options import OptionError
-from connectors.paths import resolve
-from connectors.storage import check_delta_storage
+from connectors.core.options import OptionError
+from connectors.core.paths import resolve_location
+from sinks.delta.storage import check_delta_storage
 
 TABLE = "s3://bucket/t"
 
@@ -80,7 +80,7 @@ def test_a_refusal_shows_no_secret():
 def s3():
     """moto's S3 server, reached through storage options only (this process's AWS
     environment is left alone)."""
-    from connectors.testing.s3 import s3_server
+    from integration_tests.support.s3 import s3_server
 
     with s3_server(set_env=False) as server:
         yield server
@@ -99,7 +99,7 @@ def _add(s3, uri: str, name: str, rows: list[int]):
     tasks do), and its add action."""
     from deltalake.transaction import AddAction
 
-    loc = resolve("path", uri, s3.storage_options)
+    loc = resolve_location("path", uri, s3.storage_options)
     path = f"{loc.path}/{name}"
     pq.write_table(pa.table({"x": rows}), path, filesystem=loc.fs)
     size = loc.fs.get_file_info(path).size
@@ -117,7 +117,7 @@ def _commit(table, add, app_id: str, version: int) -> None:
 
 def _log(s3, uri: str) -> list[dict]:
     bucket = uri[len("s3://"):].split("/")[0]
-    loc = resolve("path", uri, s3.storage_options)
+    loc = resolve_location("path", uri, s3.storage_options)
     commits = sorted(k for k in s3.list_keys(bucket, "t/_delta_log/") if k.endswith(".json"))
     out = []
     for key in commits:
@@ -129,7 +129,7 @@ def _log(s3, uri: str) -> list[dict]:
 def test_moto_honours_if_none_match(s3):
     """The condition the commit relies on: a second create of one key is refused with 412.
     (moto checks it, then writes, without a lock: not atomic as on AWS, see
-    connectors/testing/s3.py; the tests below are as strong as that.)"""
+    integration_tests/support/s3.py; the tests below are as strong as that.)"""
     import botocore.exceptions
 
     client = s3._client()

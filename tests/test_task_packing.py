@@ -41,7 +41,7 @@ def test_no_more_ranges_than_tasks_wanted_is_one_task_per_range_as_before():
 
 
 def test_a_thousand_small_ranges_become_the_target_count_balanced_by_offsets():
-    """The issue's case: 1,000 partitions of 4 records a batch, one task each before."""
+    """The case packing is for: 1,000 partitions of 4 records a batch, one task each before."""
     ranges = _ranges([4] * 1000)
     tasks = pack_ranges(ranges)
     _check(ranges, tasks)

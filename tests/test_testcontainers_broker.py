@@ -1,4 +1,4 @@
-"""The Docker broker's settings (connectors/testing/broker.py), checked without Docker: the
+"""The Docker broker's settings (integration_tests/support/brokers.py), checked without Docker: the
 pinned apache/kafka image, one KRaft node whose internal topics have one replica (else every
 transactional producer times out in InitProducerId), the advertised listener at the host's
 mapped port, and the SASL_SSL listener of `secured_container`. The broker properties are
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from connectors.testing import broker as b
+from connectors.local.broker import Broker, FreezeUnsupported
+from integration_tests.support import brokers as b
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST, MAPPED = "localhost", {b.PLAINTEXT_PORT: 32771, b.SECURED_PORT: 32772}
@@ -159,7 +160,7 @@ _STOPPED = ("T", "t")
 def test_freeze_and_resume_stop_and_continue_a_local_broker_process():
     proc = subprocess.Popen(["sleep", "60"])
     try:
-        broker = b.Broker("127.0.0.1:1", "tansu", pid=proc.pid)
+        broker = Broker("127.0.0.1:1", "tansu", pid=proc.pid)
         assert broker.supports("freeze")
         broker.freeze()
         deadline = time.monotonic() + 5
@@ -177,11 +178,11 @@ def test_freeze_and_resume_stop_and_continue_a_local_broker_process():
 
 
 def test_an_external_cluster_cannot_be_frozen():
-    broker = b.Broker("kafka.example:9092", "external")
+    broker = Broker("kafka.example:9092", "external")
     assert not broker.supports("freeze")
-    with pytest.raises(b.FreezeUnsupported, match="cannot be frozen"):
+    with pytest.raises(FreezeUnsupported, match="cannot be frozen"):
         broker.freeze()
-    with pytest.raises(b.FreezeUnsupported):
+    with pytest.raises(FreezeUnsupported):
         broker.resume()
 
 
@@ -200,7 +201,7 @@ def test_a_container_broker_is_paused_and_unpaused_dispatch_only():
         def get_wrapped_container(self):
             return Wrapped()
 
-    broker = b.Broker("localhost:32771", "testcontainers", container=Container())
+    broker = Broker("localhost:32771", "testcontainers", container=Container())
     assert broker.supports("freeze")
     broker.freeze()
     broker.resume()

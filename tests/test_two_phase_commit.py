@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.options import OptionError, Options
-from connectors.testing.task_context import task  # noqa: F401  (a fixture)
+from connectors.core.options import OptionError, Options
+from integration_tests.support.task_context import task  # noqa: F401  (a fixture)
 from sinks import faults
 from sinks.two_phase_commit import (
     AT_LEAST_ONCE,
@@ -1036,7 +1036,7 @@ def test_the_store_commit_fault_point_sits_before_the_committed_marker(chk, monk
 
 
 def test_every_sink_knows_the_templates_options_and_what_spark_passes():
-    from connectors.options import Options
+    from connectors.core.options import Options
     from sinks.two_phase_commit import reject_unknown_options
 
     raw = {"checkpointlocation": "/ck", "deliveryguarantee": "none", "committimeout": "1s",
@@ -1147,7 +1147,7 @@ def test_the_default_abort_job_aborts_the_reported_handles():
 def test_at_least_once_batch_jobs_commit_in_the_tasks_and_abort_nothing(guarantee, monkeypatch):
     import pyspark
 
-    from connectors.testing.task_context import FakeTaskContext
+    from integration_tests.support.task_context import FakeTaskContext
 
     monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: FakeTaskContext(0, 1, 0)))
     store, writer = make_job(guarantee)

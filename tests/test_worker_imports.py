@@ -1,7 +1,7 @@
 """What a Spark Python worker pays to load the formats. Spark starts a fresh Python process for
 each format lookup, source creation and planner (and for tasks), and each one imports the
 registered DataSource classes: a library imported at module level there is paid many times per
-query start (issue 24: a first batch took 13-20 s on 2 cores). The driver-only libraries stay
+query start (a first batch took 13-20 s on 2 cores). The driver-only libraries stay
 out of those imports and are loaded where they are used."""
 
 from __future__ import annotations

@@ -10,8 +10,10 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -68,6 +70,9 @@ class EventProducer:
     rate: float
     #: Client settings for a secured cluster (librdkafka names), from --kafka-config.
     client_config: dict[str, str] = field(default_factory=dict, repr=False)
+    #: An event -> its Kafka value; None: `value()` (JSON). `demo --format avro`: Avro in the
+    #: Confluent wire format (connectors.demo.avro.event_serializer).
+    serialize: Callable[[Any], bytes] | None = field(default=None, repr=False)
     delivered: dict[tuple[int, int], int] = field(default_factory=dict)
     error: str | None = None
     _thread: threading.Thread | None = None
@@ -140,7 +145,7 @@ class EventProducer:
                 producer.produce(
                     self.topic,
                     key=str(event.key_id).encode(),
-                    value=event.value(),
+                    value=self.serialize(event) if self.serialize else event.value(),
                     partition=event.key_id % self.partitions,
                     on_delivery=lambda err, msg, eid=event.event_id: on_delivery(err, msg, eid),
                 )

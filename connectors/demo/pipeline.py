@@ -12,6 +12,11 @@ creates the stop file; it then stops both queries and drains what is left with
     python -m connectors.demo.pipeline --bootstrap-servers B --input-topic T \\
         (--output-topic O | --upsert) --table PATH --checkpoints DIR --stop-file FILE
 
+With `--value-format avro` the input's values are Avro in the Confluent wire format: the
+source decodes them (`valueFormat=avro`) and the Kafka sink writes Avro too, its schema
+registered under `<output topic>-value`; the registry's URL comes in the environment variable
+KAFKA_EOS_DEMO_SCHEMA_REGISTRY_URL (it may hold a password).
+
 A secured cluster's client settings (`--kafka-config`) come in the environment variable
 KAFKA_EOS_DEMO_KAFKA_CONFIG (JSON, librdkafka names), never in argv; they become the source's
 and the sink's `kafka.*` options.
@@ -28,8 +33,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from connectors.demo import kafka_config
+from connectors import kafka_config_file
+from connectors.core.kafka_format import FORMAT_NAME as KAFKA_EOS
+from connectors.demo import avro as demo_avro
+from connectors.demo.avro import FORMATS, OUTPUT_RECORD
 from connectors.demo.changes import ENVELOPE_TYPE
+from sinks.delta.options import FORMAT_NAME as DELTA_EOS
 
 DRAIN_MAX_OFFSETS = 50_000
 
@@ -44,10 +53,13 @@ EVENT_SCHEMA = StructType(
 )
 
 
-def enrich(events: DataFrame) -> DataFrame:
-    """The demo's transformation: parse the JSON value, add the amount in cents and lineage."""
+def enrich(events: DataFrame, value_format: str = "json") -> DataFrame:
+    """The demo's transformation: parse the JSON value (with `avro`, the source has decoded it
+    into a struct already), add the amount in cents and lineage."""
+    event = (F.col("value") if value_format == "avro"
+             else F.from_json(F.col("value").cast("string"), EVENT_SCHEMA))
     parsed = events.select(
-        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
+        event.alias("e"),
         F.col("partition").alias("source_partition"),
         F.col("offset").alias("source_offset"),
     )
@@ -88,11 +100,16 @@ def start_queries(
 
     # --kafka-config's settings (TLS, SASL), as the connectors' kafka.* options
     security = {f"kafka.{k}": v for k, v in args.kafka_config.items()}
+    # --format avro: values in the Confluent wire format, schemas in the registry
+    avro = args.value_format == "avro"
+    registry = ({"valueFormat": "avro", "schema.registry.url": args.schema_registry_url}
+                if avro else {})
 
     def source() -> DataFrame:
         return (
-            spark.readStream.format("kafka-eos")
+            spark.readStream.format(KAFKA_EOS)
             .options(**security)
+            .options(**registry)
             .option("kafka.bootstrap.servers", args.bootstrap_servers)
             .option("subscribe", args.input_topic)
             .option("startingOffsets", "earliest")
@@ -101,7 +118,7 @@ def start_queries(
         )
 
     def enriched() -> DataFrame:
-        return enrich(source())
+        return enrich(source(), args.value_format)
 
     def trigger(writer):
         if drain:
@@ -111,7 +128,7 @@ def start_queries(
     if args.upsert:
         upsert = trigger(
             debezium_changes(source())
-            .writeStream.format("delta-eos")
+            .writeStream.format(DELTA_EOS)
             .queryName("demo-delta-upsert")
             .options(**UPSERT_OPTIONS)
             .option("path", args.table)
@@ -121,20 +138,23 @@ def start_queries(
 
     delta = trigger(
         enriched()
-        .writeStream.format("delta-eos")
+        .writeStream.format(DELTA_EOS)
         .queryName("demo-delta")
         .option("path", args.table)
         .option("checkpointLocation", os.path.join(args.checkpoints, "delta"))
     ).start()
     rows = enriched()
+    value = F.struct(*rows.columns)
     kafka = trigger(
         rows.select(
             F.col("user_id").cast("string").alias("key"),
-            F.to_json(F.struct(*rows.columns)).alias("value"),
+            (value if avro else F.to_json(value)).alias("value"),
         )
-        .writeStream.format("kafka-eos")
+        .writeStream.format(KAFKA_EOS)
         .queryName("demo-kafka")
         .options(**security)
+        # the sink derives the record's Avro schema from the struct and registers it
+        .options(**registry, **({"valueRecordName": OUTPUT_RECORD} if avro else {}))
         .option("kafka.bootstrap.servers", args.bootstrap_servers)
         .option("topic", args.output_topic)
         .option("checkpointLocation", os.path.join(args.checkpoints, "kafka"))
@@ -172,15 +192,23 @@ def main() -> None:
     ap.add_argument("--trigger-ms", type=int, default=1000)
     ap.add_argument("--max-offsets-per-trigger", type=int, default=5000)
     ap.add_argument("--master", default="local[2,4]")  # 4 attempts: a failed task is retried
+    ap.add_argument("--value-format", choices=FORMATS, default="json",
+                    help="avro: values in the Confluent wire format (the registry's URL in "
+                         f"the environment variable {demo_avro.ENV})")
     args = ap.parse_args()
     if not (args.upsert or args.output_topic):
         ap.error("--output-topic is required (or --upsert)")
+    # The registry URL may hold a password: in the environment, never argv; out of it before
+    # Spark starts.
+    args.schema_registry_url = demo_avro.from_env()
+    if args.value_format == "avro" and not args.schema_registry_url:
+        ap.error(f"--value-format avro needs the registry's URL in {demo_avro.ENV}")
     # Kafka client settings come in the environment (never argv), and are taken out of it
     # before Spark starts, so that its JVM and Python workers do not inherit them.
-    args.kafka_config = kafka_config.from_env()
+    args.kafka_config = kafka_config_file.from_env()
 
     from connectors import enable_structured_logs
-    from connectors.testing import local_spark
+    from connectors.local.spark import local_spark
 
     enable_structured_logs()  # before Spark starts: its Python workers inherit the choice
     spark = local_spark("kafka-eos-demo", master=args.master, conf={"spark.task.maxFailures": "4"})

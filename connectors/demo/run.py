@@ -26,10 +26,14 @@ from typing import TextIO
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connectors.demo import kafka_config, verify
+from connectors import kafka_config_file
+from connectors.demo import verify
+from connectors.demo.avro import to_env as demo_avro_env
 from connectors.demo.changes import sample_changes
 from connectors.demo.events import EventProducer, sample_events
-from connectors.kafka_security import connection_hint
+from connectors.core.kafka_format import FORMAT_NAME as KAFKA_EOS
+from connectors.core.kafka_python_security import connection_hint
+from sinks.delta.options import FORMAT_NAME as DELTA_EOS
 from sinks.two_phase_commit import METRICS_ENV
 
 # After a (re)start, a kill waits until the pipeline says its queries run (the ready file),
@@ -59,17 +63,22 @@ class DemoConfig:
     max_offsets_per_trigger: int = 5000
     timeout_s: float = 900.0
     #: Without bootstrap_servers: "auto" (Apache Kafka from its Maven jars where it can run,
-    #: else the embedded broker), "apache-kafka" or "embedded" (connectors.testing.broker).
+    #: else the embedded broker), "apache-kafka" or "embedded" (connectors/local/local_broker.py).
     local_broker: str = "auto"
     #: `--upsert`: a change stream (Debezium envelopes) into delta-eos in upsert mode, verified
     #: against the fold of the changes (connectors.demo.changes), instead of the two sinks.
     upsert: bool = False
     #: `--upsert`'s keys (rows of the simulated table); None: records / 20, at least 50.
     keys: int | None = None
+    #: `--format`: "json" (JSON values, read as Spark's binary row) or "avro" (Confluent wire
+    #: format Avro in and out, schemas in a Schema Registry: connectors.demo.avro).
+    format: str = "json"
+    #: With "avro": the registry's URL (may hold user:password@); None: start a local one.
+    schema_registry_url: str | None = field(default=None, repr=False)
 
     @property
     def sinks(self) -> tuple[str, ...]:
-        return ("delta-eos",) if self.upsert else ("delta-eos", "kafka-eos")
+        return (DELTA_EOS,) if self.upsert else (DELTA_EOS, KAFKA_EOS)
 
     @property
     def queries(self) -> tuple[str, ...]:
@@ -86,7 +95,7 @@ class Progress:
     """Rows and batches per sink, from the metrics file, read incrementally."""
 
     path: str
-    sinks: tuple[str, ...] = ("delta-eos", "kafka-eos")
+    sinks: tuple[str, ...] = (DELTA_EOS, KAFKA_EOS)
     rows: dict[str, int] = field(default_factory=dict)
     batches: dict[str, int] = field(default_factory=dict)
     _pos: int = 0
@@ -166,10 +175,11 @@ def _broker(cfg: DemoConfig, out: TextIO) -> Iterator[str]:
         print(f"Kafka: {cfg.bootstrap_servers}", file=out)
         if cfg.kafka_config:
             print(f"Kafka client settings (--kafka-config): "
-                  f"{kafka_config.describe(cfg.kafka_config)}", file=out)
+                  f"{kafka_config_file.describe(cfg.kafka_config)}", file=out)
         yield cfg.bootstrap_servers
         return
-    from connectors.testing.broker import TANSU_LACKS, LocalBrokerError, local_broker
+    from connectors.local.tansu import TANSU_LACKS
+    from connectors.local.local_broker import LocalBrokerError, local_broker
 
     def progress(text: str) -> None:
         print(f"Kafka: {text}...", file=out, flush=True)
@@ -191,6 +201,39 @@ def _broker(cfg: DemoConfig, out: TextIO) -> Iterator[str]:
         print(f"Kafka: {local.description} at {local.bootstrap_servers}; use "
               "--bootstrap-servers for a real cluster", file=out, flush=True)
         yield local.bootstrap_servers
+
+
+@contextlib.contextmanager
+def _registry(cfg: DemoConfig, out: TextIO) -> Iterator[str | None]:
+    """With `--format avro`, the Schema Registry's URL: the user's (checked), or a local
+    Apicurio Registry started for the run; None for JSON."""
+    if cfg.format != "avro":
+        yield None
+        return
+    from connectors.demo import avro
+
+    if cfg.schema_registry_url:
+        try:
+            avro.check_reachable(cfg.schema_registry_url)
+        except avro.RegistryUnreachable as exc:
+            raise DemoError(str(exc)) from None
+        print(f"Schema Registry: {avro.safe_url(cfg.schema_registry_url)}", file=out)
+        yield cfg.schema_registry_url
+        return
+    from connectors.local.schema_registry import VERSION, RegistryUnavailable, schema_registry
+
+    def progress(text: str) -> None:
+        print(f"Schema Registry: {text}...", file=out, flush=True)
+
+    with contextlib.ExitStack() as stack:
+        try:
+            local = stack.enter_context(schema_registry(progress=progress))
+        except RegistryUnavailable as exc:
+            raise DemoError(f"no local Schema Registry: {exc}; give --schema-registry-url "
+                            "for one of yours") from None
+        print(f"Schema Registry: Apicurio Registry {VERSION} at {local.url}; use "
+              "--schema-registry-url for yours", file=out, flush=True)
+        yield local.url
 
 
 #: librdkafka errors that say the cluster refused our settings (TLS, SASL): no use waiting.
@@ -220,7 +263,7 @@ def _check_reachable(cfg: DemoConfig, timeout_s: float = 15.0) -> None:
             if cfg.kafka_config or refused:
                 conf = {"bootstrap.servers": cfg.bootstrap_servers, **cfg.kafka_config}
                 # the hint names the connectors' kafka.* options: the file's keys lack the prefix
-                hint = "; " + kafka_config.unprefixed(connection_hint(conf, detail))
+                hint = "; " + kafka_config_file.unprefixed(connection_hint(conf, detail))
             raise DemoError(
                 f"cannot reach Kafka at {cfg.bootstrap_servers}: {detail}{hint}") from None
 
@@ -296,25 +339,43 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
     input_topic, output_topic = f"eos-demo-{run_id}-events", f"eos-demo-{run_id}-enriched"
     print(f"Output: {run_dir} (seed {seed})", file=out)
 
-    with _broker(cfg, out) as bootstrap:
+    with _broker(cfg, out) as bootstrap, _registry(cfg, out) as registry_url:
         _create_topics(bootstrap, cfg.kafka_config, [input_topic, output_topic], cfg.partitions,
                        embedded=not cfg.bootstrap_servers)
         events = sample_events(cfg.records, users=max(100, cfg.partitions * 25), seed=seed)
+        decode, avro_facts = json.loads, {}
+        if registry_url:
+            from connectors.demo import avro
+
+            try:
+                schema_id = avro.register_input_schema(registry_url, input_topic)
+            except avro.RegistryUnreachable as exc:
+                raise DemoError(str(exc)) from None
+            print(f"Schema Registry: the events' Avro schema is {avro.value_subject(input_topic)} "
+                  f"(id {schema_id}); the pipeline registers {avro.value_subject(output_topic)}",
+                  file=out)
+            decode = avro.output_deserializer(registry_url, output_topic)
         producer, processing_s, kills = _produce_and_run(
             cfg, bootstrap, input_topic, events, paths, ["--output-topic", output_topic],
-            f"{cfg.records:,} events to {input_topic} ({cfg.partitions} partitions, "
-            f"{_rate(cfg)}); "
+            f"{cfg.records:,} {'Avro' if registry_url else 'JSON'} events to {input_topic} "
+            f"({cfg.partitions} partitions, {_rate(cfg)}); "
             f"pipeline -> delta-eos {paths['table']} and kafka-eos topic {output_topic}",
-            rng, started, out)
+            rng, started, out, registry_url=registry_url)
+        if registry_url:
+            try:
+                avro_facts = {"schema_ids": avro.latest_schema_ids(
+                    registry_url, [input_topic, output_topic])}
+            except avro.RegistryUnreachable as exc:
+                raise DemoError(str(exc)) from None
 
         print("Verifying: reading both outputs back independently of the sinks...", file=out)
         by_id = {e.event_id: e for e in events}
         ckpt = paths["checkpoints"]
         checks = [
-            verify.check("delta-eos", verify.delta_rows(paths["table"]), producer.delivered, by_id,
+            verify.check(DELTA_EOS, verify.delta_rows(paths["table"]), producer.delivered, by_id,
                          verify.spark_batches(os.path.join(ckpt, "delta"))),
-            verify.check("kafka-eos",
-                         verify.kafka_rows(bootstrap, output_topic, cfg.kafka_config),
+            verify.check(KAFKA_EOS,
+                         verify.kafka_rows(bootstrap, output_topic, cfg.kafka_config, decode),
                          producer.delivered, by_id,
                          verify.spark_batches(os.path.join(ckpt, "kafka"))),
         ]
@@ -325,7 +386,8 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
                         processing_s=processing_s), file=out)
     with open(os.path.join(run_dir, "verification.json"), "w") as f:
         f.write(verify.as_json(produced, checks, kills=kills, elapsed_s=round(elapsed, 1),
-                               seed=seed, input_topic=input_topic, output_topic=output_topic))
+                               seed=seed, input_topic=input_topic, output_topic=output_topic,
+                               format=cfg.format, **avro_facts))
     ok = all(c.ok for c in checks)
     print(file=out)
     print(
@@ -337,7 +399,7 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
 
 
 def _pipeline(cfg: DemoConfig, bootstrap: str, input_topic: str, paths: dict[str, str],
-              mode_args: list[str]) -> Pipeline:
+              mode_args: list[str], registry_url: str | None = None) -> Pipeline:
     """The demo's pipeline process, in append mode (`--output-topic`) or upsert mode
     (`--upsert`): the same topic, table, checkpoints, control files and triggers either way."""
     return Pipeline(
@@ -351,10 +413,12 @@ def _pipeline(cfg: DemoConfig, bootstrap: str, input_topic: str, paths: dict[str
             "--ready-file", paths["ready"],
             "--trigger-ms", str(cfg.trigger_ms),
             "--max-offsets-per-trigger", str(cfg.max_offsets_per_trigger),
+            *(["--value-format", "avro"] if registry_url else []),
         ],
         paths["log"],
         # the client settings go in the environment, never in argv (ps shows argv)
-        {**os.environ, METRICS_ENV: paths["metrics"], **kafka_config.to_env(cfg.kafka_config)},
+        {**os.environ, METRICS_ENV: paths["metrics"],
+         **kafka_config_file.to_env(cfg.kafka_config), **demo_avro_env(registry_url)},
     )
 
 
@@ -405,14 +469,19 @@ def _run_upsert(cfg: DemoConfig, paths: dict[str, str], input_topic: str, seed: 
 
 def _produce_and_run(cfg: DemoConfig, bootstrap: str, input_topic: str, items: list,
                      paths: dict[str, str], sink_args: list[str], what: str,
-                     rng: random.Random, started: float,
-                     out: TextIO) -> tuple[EventProducer, float, int]:
+                     rng: random.Random, started: float, out: TextIO,
+                     registry_url: str | None = None) -> tuple[EventProducer, float, int]:
     """Produce `items` at the configured rate while the pipeline runs (with its chaos), until
     it has drained them: the producer, the processing time and the kills. `what` describes
-    the run."""
+    the run. With `registry_url`, the values are Avro (connectors.demo.avro)."""
+    serialize = None
+    if registry_url:
+        from connectors.demo.avro import event_serializer
+
+        serialize = event_serializer(registry_url, input_topic)
     producer = EventProducer(bootstrap, input_topic, cfg.partitions, items, cfg.rate,
-                             client_config=dict(cfg.kafka_config))
-    pipeline = _pipeline(cfg, bootstrap, input_topic, paths, sink_args)
+                             client_config=dict(cfg.kafka_config), serialize=serialize)
+    pipeline = _pipeline(cfg, bootstrap, input_topic, paths, sink_args, registry_url)
     print(f"Producing {what}"
           + (f"; {cfg.chaos} SIGKILLs at random moments" if cfg.chaos else ""), file=out)
     try:

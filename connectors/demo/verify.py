@@ -2,7 +2,7 @@
 record by record, with what the broker acknowledged to the producer.
 
 Delta rows are read with deltalake; Kafka output with the marker-aware oracle
-(`connectors.testing.kafka_oracle`), which counts a transactional record only once its COMMIT
+(`connectors.local.kafka_oracle`), which counts a transactional record only once its COMMIT
 marker is in the log, whatever the broker's read_committed does.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -19,14 +19,18 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from confluent_kafka.serialization import SerializationError
+
 from connectors.demo.events import Event
-from connectors.testing.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 # (source partition, source offset, event id, amount in cents): what identifies an output row.
 OutputRow = tuple[int, int, int, int]
+#: An output value that does not decode: counted as unexpected (no input record has it).
+UNDECODABLE: OutputRow = (-1, -1, -1, -1)
 
 
 @dataclass(frozen=True)
@@ -91,13 +95,19 @@ def _read(table: DeltaTable, columns: list[str]) -> pa.Table:
 
 
 def kafka_rows(bootstrap_servers: str, topic: str,
-               options: Mapping[str, str] | None = None) -> list[OutputRow]:
+               options: Mapping[str, str] | None = None,
+               decode: Callable[[bytes], dict] = json.loads) -> list[OutputRow]:
     """The topic's committed rows, read with the client settings `options` (librdkafka names:
-    TLS, SASL)."""
+    TLS, SASL), each value decoded by `decode` (JSON; `demo --format avro`: confluent-kafka's
+    AvroDeserializer)."""
     rows = []
     for record in committed(bootstrap_servers, topic, options=dict(options or {}) or None):
-        v = json.loads(record.value)
-        rows.append((v["source_partition"], v["source_offset"], v["event_id"], v["amount_cents"]))
+        try:
+            v = decode(record.value)
+            rows.append((v["source_partition"], v["source_offset"], v["event_id"],
+                         v["amount_cents"]))
+        except (ValueError, KeyError, TypeError, SerializationError):
+            rows.append(UNDECODABLE)  # a value that does not decode is altered: not a crash
     return rows
 
 

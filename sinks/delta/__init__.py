@@ -2,6 +2,9 @@
 
     data_source.py      DeltaEosDataSource: the format Spark registers; options checked at start
     options.py          DeltaOptions: every option and table property, parsed once
+    app_ids.py          the app ids keying the txn actions and naming the files: built here only
+    handles.py          the handles: data files (append mode), staged changes (upsert mode)
+    kind.py             the sink kind: how inspect shows the handles and resolve settles them
     sink.py             DeltaSink: append mode on the two-phase-commit template (tasks write
                         Parquet files, the driver adds them in one Delta commit with a txn action)
     protocol_checks.py  which tables the sink may write to (table features), NOT NULL columns
@@ -24,14 +27,15 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sinks.delta.data_source import FORMAT_NAME, DeltaEosDataSource
+    from sinks.delta.data_source import DeltaEosDataSource
+    from sinks.delta.options import FORMAT_NAME
     from sinks.delta.options import DeltaOptions
     from sinks.delta.sink import DeltaSink
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "DeltaEosDataSource": "sinks.delta.data_source",
-    "FORMAT_NAME": "sinks.delta.data_source",
+    "FORMAT_NAME": "sinks.delta.options",
     "DeltaOptions": "sinks.delta.options",
     "DeltaSink": "sinks.delta.sink",
 }

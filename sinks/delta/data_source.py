@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
-from connectors.options import OptionError, Options
+from connectors.core.options import OptionError, Options
 from sinks.data_source import TwoPhaseCommitDataSource, arrow_schema
 from sinks.delta.options import (
     BATCH_OPTIONS,
+    FORMAT_NAME,
     OPTION_PREFIXES,
     OPTIONS,
     UPSERT_OPTIONS,
@@ -23,8 +24,6 @@ from sinks.delta.options import (
 if TYPE_CHECKING:
     from sinks.delta.sink import DeltaSink
     from sinks.two_phase_commit import SinkSettings
-
-FORMAT_NAME = "delta-eos"
 
 
 class DeltaEosDataSource(TwoPhaseCommitDataSource):

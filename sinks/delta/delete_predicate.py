@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 
 OPTION = "applyAsDeletes"
 

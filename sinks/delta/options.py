@@ -13,15 +13,17 @@ them (`delta.appendOnly`, `delta.logRetentionDuration`, ...).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
-from connectors.options import OptionError, Options
-from connectors.paths import normalise
-from connectors.storage import check_delta_storage
+from connectors.core.options import OptionError, Options
+from connectors.core.paths import normalise
+from sinks.delta.storage import check_delta_storage
 from sinks.checkpoint import writer_identity
+from sinks.delta.app_ids import batch_app_id, file_tag, legacy_identity, streaming_app_id
 from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
 
+#: The format's name, said here once: its DataSource, its handles' kind and its messages.
+FORMAT_NAME = "delta-eos"
 #: Upsert (change data) mode: `mergeKeys` turns it on; the others need it.
 UPSERT_OPTIONS = ("mergeKeys", "sequenceBy", "applyAsDeletes", "exceptColumns",
                   "tombstoneRetention")
@@ -140,7 +142,7 @@ REFUSED_TABLE_PROPERTIES = {
 
 @dataclass(frozen=True)
 class DeltaOptions:
-    path: str  # a URI delta-rs and pyarrow.fs read alike (connectors/paths.py)
+    path: str  # a URI delta-rs and pyarrow.fs read alike (connectors/core/paths.py)
     partition_by: tuple[str, ...]
     merge_schema: bool
     app_id: str
@@ -160,7 +162,7 @@ class DeltaOptions:
     @property
     def file_tag(self) -> str:
         """In every data file's name: whose files they are, for the orphan clean-up."""
-        return hashlib.sha256(self.app_id.encode()).hexdigest()[:16]
+        return file_tag(self.app_id)
 
     @classmethod
     def parse(cls, opts: Options, settings: SinkSettings) -> "DeltaOptions":
@@ -175,9 +177,9 @@ class DeltaOptions:
         app_id = opts.get("appId")
         explicit = bool(app_id)
         if settings.batch_job:
-            app_id = f"delta-eos-batch-{settings.job_id}"  # names the job's files only
+            app_id = batch_app_id(settings.job_id)  # names the job's files only
         elif not app_id:
-            app_id = "delta-eos-" + _default_identity(settings, path)
+            app_id = streaming_app_id(_default_identity(settings, path))
         upsert = UpsertOptions.parse(opts, settings)
         properties = table_properties(opts)
         if upsert is not None and properties.get("delta.appendOnly", "").lower() == "true":
@@ -234,7 +236,7 @@ def _default_identity(settings: SinkSettings, path: str) -> str:
     log at the first exactly-once start; checkpoints of earlier versions keep the id they had,
     derived from the checkpoint path."""
     origin = settings.checkpoint_location or path
-    legacy = hashlib.sha256(origin.encode()).hexdigest()[:16]
+    legacy = legacy_identity(origin)
     if settings.guarantee != EXACTLY_ONCE or not settings.checkpoint_location:
         return legacy  # no txn action is written: the id only names files
     return writer_identity(settings.checkpoint_location, legacy=legacy)

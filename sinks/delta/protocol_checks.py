@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 
 if TYPE_CHECKING:  # read by the driver only; tasks import this module for check_not_null
     from deltalake import DeltaTable
@@ -414,6 +414,6 @@ def needs_listed_invariants(schema: pa.Schema) -> bool:
     needs the timestampNtz feature) without `invariants` among its writer features, though it
     has a NOT NULL column; delta-spark then refuses the table
     (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH). Measured with deltalake 1.6.6 and
-    delta-spark 4.4.0: integration_tests/test_peers_delta.py."""
+    delta-spark 4.4.0: integration_tests/peers/test_peers_delta.py."""
     ntz = any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in _arrow_fields(schema))
     return ntz and has_not_null(schema)

@@ -26,12 +26,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from connectors.options import OptionError
-from connectors.paths import resolve
-from connectors.storage import with_storage_retries
+from connectors.core.options import OptionError
+from connectors.core.paths import resolve_location
+from sinks.storage_retries import with_storage_retries
 from sinks.checkpoint import last_committed_batch
 from sinks.delta import protocol_checks
 from sinks.delta.file_stats import file_stats
+from sinks.delta.handles import AppendHandle, DataFile, append_handle
 from sinks.delta.options import DeltaOptions
 from sinks.target_identity import TargetIdentity
 from sinks.two_phase_commit import (
@@ -114,7 +115,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
 
     def _retried(self, what: str, fn):
         """The driver's reads of the table and its sweeps, retried while object storage
-        fails transiently (connectors.storage.with_storage_retries); a local table's errors
+        fails transiently (sinks.storage_retries.with_storage_retries); a local table's errors
         are not transient. Not inside commit(): the template retries the whole commit within
         commitTimeout."""
         if self.options.path.startswith("/"):  # normalised: local paths are absolute
@@ -122,7 +123,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         return with_storage_retries(fn, f"{self.describe()}: {what}", log=log)
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        loc = resolve("path", self.options.path, self.options.storage_options)
+        loc = resolve_location("path", self.options.path, self.options.storage_options)
         return loc.fs, loc.path
 
     def _table(self) -> DeltaTable | None:
@@ -379,7 +380,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         f = txn.files[key] = _OpenFile(writer, stream, relative, values)
         return f
 
-    def preCommit(self, txn: DeltaTxn) -> Handle:
+    def preCommit(self, txn: DeltaTxn) -> AppendHandle:
         """Close (so flush) every file: durable, and still invisible to readers. Sizes and
         statistics come from the writer itself: no request back to the store per file."""
         for f in txn.files.values():
@@ -387,7 +388,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         txn.closed.extend(txn.files.values())
         txn.files.clear()
         now_ms = int(time.time() * 1000)
-        adds = []
+        adds: list[DataFile] = []
         for f in txn.closed:
             meta = _footer(f)
             adds.append({
@@ -400,7 +401,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 "stats": file_stats(meta, self.table_schema, self.options.partition_by,
                                     self.table_configuration, f.long_value_bounds),
             })
-        return {"adds": adds}
+        return append_handle(adds)
 
     def abortTransaction(self, txn: DeltaTxn) -> None:
         fs, root = self._fs()
@@ -537,7 +538,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         table = self._table()
         if job and not adds and table is not None:
             return  # an empty batch job: nothing to add (a missing table is still created)
-        hooks = _post_commit_hooks(table)
+        hooks = post_commit_hooks(table)
         if table is None:
             create_table_with_add_actions(
                 self.options.path,
@@ -610,7 +611,7 @@ def creation_configuration(properties: dict[str, str], schema: pa.Schema) -> dic
     delta-rs then lists `invariants` (and `appendOnly`) among the writer features, as
     delta-spark does; without it delta-rs lists `timestampNtz` alone, and delta-spark, which
     counts NOT NULL as a column invariant, refuses to read or write the table
-    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH; integration_tests/test_peers_delta.py)."""
+    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH; integration_tests/peers/test_peers_delta.py)."""
     configuration = dict(properties)
     if protocol_checks.needs_listed_invariants(schema):
         configuration.setdefault("delta.minWriterVersion", "7")
@@ -644,7 +645,7 @@ def _data_files(fs: pafs.FileSystem, root: str) -> Iterator[pafs.FileInfo]:
                     yield inner
 
 
-def _post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
+def post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
     """delta-rs lists the whole Delta log after every commit to clean up expired log files
     (none expire for delta.logRetentionDuration, 30 days: at a 1 s trigger, a listing of
     millions of files per commit). As delta-spark does, the clean-up runs with the log

@@ -34,12 +34,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sinks.delta import protocol_checks
 from sinks.delta.delete_predicate import DeletePredicate, parse
 from sinks.delta.fold import DELETE_COLUMN, drop_tombstoned, latest_per_key, tombstones_of
+from sinks.delta.handles import StagedChanges, UpsertHandle, upsert_handle
 from sinks.delta.options import DeltaOptions, UpsertOptions
-from sinks.delta.sink import DeltaSink, _post_commit_hooks, creation_configuration
+from sinks.delta.sink import DeltaSink, creation_configuration, post_commit_hooks
 from sinks.delta.tombstones import Tombstones, location, quote
 from sinks.two_phase_commit import SinkSettings, TaskInfo, TransactionLost
 from sinks.txn_log import Handle
@@ -246,11 +247,11 @@ class DeltaUpsertSink(DeltaSink):
         txn.staged = StagedFile(pq.ParquetWriter(stream, self.staged_schema), stream, relative)
         return txn.staged
 
-    def preCommit(self, txn: UpsertTxn) -> Handle:  # type: ignore[override]
+    def preCommit(self, txn: UpsertTxn) -> UpsertHandle:  # type: ignore[override]
         """Close (so flush) the staged file: durable, and invisible. The handle names it and
         what the driver's MERGE needs besides (keys, sequence), so that `resolve` can commit
         it without the query's options."""
-        staged = []
+        staged: list[StagedChanges] = []
         f = txn.staged
         if f is not None:
             f.writer.close()
@@ -258,8 +259,7 @@ class DeltaUpsertSink(DeltaSink):
             f.stream.close()
             staged.append({"file": f.relative_path, "rows": f.rows, "deletes": f.deletes,
                            "size": size})
-        return {"upsert": {"keys": list(self.upsert.keys), "sequence": self.upsert.sequence},
-                "staged": staged}
+        return upsert_handle(list(self.upsert.keys), self.upsert.sequence, staged)
 
     def abortTransaction(self, txn: UpsertTxn) -> None:  # type: ignore[override]
         f = txn.staged
@@ -370,7 +370,7 @@ class DeltaUpsertSink(DeltaSink):
             metrics = (
                 table.merge(applied, on, source_alias="source", target_alias="target",
                             streamed_exec=False, commit_properties=props,
-                            post_commithook_properties=_post_commit_hooks(table))
+                            post_commithook_properties=post_commit_hooks(table))
                 .when_matched_delete(f"{delete} AND {newer}")
                 .when_matched_update(columns, f"NOT {delete} AND {newer}")
                 .when_not_matched_insert(columns, f"NOT {delete}")

@@ -4,6 +4,8 @@
     options.py      PostgresOptions: the options, connection strings (never shown with the
                     password) and table names, parsed once
     gids.py         the global transaction ids: built and parsed here only
+    handles.py      the handles: a prepared transaction's gid and xid
+    kind.py         the sink kind: how inspect shows the handles and resolve settles them
     connection.py   connections by the `url` option; this sink's rows of pg_prepared_xacts
     encoding.py     Arrow -> PostgreSQL: createTable's column types, COPY's CSV input
     errors.py       what the sink raises beyond the template's errors

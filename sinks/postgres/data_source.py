@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
-from connectors.options import Options
+from connectors.core.options import Options
 from sinks.data_source import TwoPhaseCommitDataSource, arrow_schema
 from sinks.postgres.options import DOCS, FORMAT_NAME, OPTIONS
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sinks.postgres.options import FORMAT_NAME
 
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from connectors.options import OptionError, Options
+from connectors.core.options import OptionError, Options
 from sinks.postgres.gids import gid_prefix
 
 if TYPE_CHECKING:

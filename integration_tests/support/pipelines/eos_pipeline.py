@@ -1,0 +1,127 @@
+"""Kafka -> `kafka-eos` source -> `delta-eos`, `kafka-eos` or `postgres-eos` sink, as its own
+process so that the crash matrix can SIGKILL it (driver JVM included) and restart it on the same
+checkpoint.
+
+    python -m integration_tests.support.pipelines.eos_pipeline --bootstrap B --topic T --checkpoint C \\
+        (--table PATH | --out-topic TOPIC | --pg-table NAME) [--mode drain|continuous] \\
+        [--master local[2,4]] [--guarantee G] [--sink-option KEY=VALUE ...] \\
+        [--source-option KEY=VALUE ...] [--no-daemon] [--changes]
+
+`--changes`: the topic holds JSON change events `{"id", "seq", "op", "v"}` and the table sinks
+get those four columns (for delta-eos's upsert mode: its options come as --sink-option
+mergeKeys=id ...), instead of one row per record with its source position.
+
+`--pg-table` writes to PostgreSQL at the libpq URL in the environment variable EOS_PG_URL (an
+environment variable, not an argument: it holds a password, and argv is public). For the same
+reason the `kafka.*` security options of a secured cluster (source and Kafka sink) come as a
+JSON object in EOS_KAFKA_OPTIONS.
+
+Fault points come from KAFKA_EOS_FAULTS (sinks/faults.py); this script names its own process
+group in KAFKA_EOS_KILL_PGID so that a fault inside a Python worker kills the whole pipeline.
+"""
+
+import argparse
+import json
+import os
+
+from sinks.faults import ENV, PGID_ENV
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--bootstrap", required=True)
+ap.add_argument("--topic", required=True)
+ap.add_argument("--checkpoint", required=True)
+sink = ap.add_mutually_exclusive_group(required=True)
+sink.add_argument("--table", help="delta-eos: the table's path")
+sink.add_argument("--out-topic", help="kafka-eos: the output topic")
+sink.add_argument("--pg-table", help="postgres-eos: the table (URL from $EOS_PG_URL)")
+ap.add_argument("--mode", choices=["drain", "continuous"], default="drain")
+ap.add_argument("--master", default="local[2,4]")  # 4 task attempts: a failed task is retried
+ap.add_argument("--max-per-trigger", default="50")
+ap.add_argument("--poll-timeout-ms", default="20000")
+ap.add_argument("--guarantee", default="exactly-once")
+ap.add_argument("--commit-timeout", default="60s",
+                help="the sink's commitTimeout; empty: the sink's own default")
+ap.add_argument("--transactional-id-prefix", default=None)
+ap.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
+                help="an extra option of the sink (repeatable)")
+ap.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                help="an extra option of the kafka-eos source (repeatable), e.g. "
+                     "targetTasksPerBatch=2 for packed tasks")
+ap.add_argument("--changes", action="store_true",
+                help="rows are the JSON change events {id, seq, op, v} of the topic's values")
+ap.add_argument("--no-daemon", action="store_true",
+                help="spark.python.use.daemon=false: workers start as `python -m ...`")
+args = ap.parse_args()
+
+os.environ[PGID_ENV] = str(os.getpgrp())
+conf = {
+    "spark.task.maxFailures": "4",
+    f"spark.executorEnv.{PGID_ENV}": os.environ[PGID_ENV],
+}
+if os.environ.get(ENV):
+    conf[f"spark.executorEnv.{ENV}"] = os.environ[ENV]
+if args.no_daemon:
+    conf["spark.python.use.daemon"] = "false"
+from integration_tests.support.processes import WORKERS_LINE  # noqa: E402
+
+print(WORKERS_LINE.format("no-daemon" if args.no_daemon else "daemon"), end="", flush=True)
+
+from connectors.local.spark import local_spark  # noqa: E402  (after the environment is set)
+
+spark = local_spark("eos-pipeline", master=args.master, conf=conf)
+kafka_options = json.loads(os.environ.get("EOS_KAFKA_OPTIONS", "{}"))
+events = (
+    spark.readStream.format("kafka-eos")
+    .options(**kafka_options)
+    .option("kafka.bootstrap.servers", args.bootstrap)
+    .option("subscribe", args.topic)
+    .option("startingOffsets", "earliest")
+    .option("maxOffsetsPerTrigger", args.max_per_trigger)
+    .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
+    .options(**dict(item.partition("=")[::2] for item in args.source_option))
+    .load()
+)
+# The table sinks get one row per record, with its source position for the oracles; or, with
+# --changes, the change event each record's value holds.
+if args.changes:
+    rows = events.selectExpr(
+        "from_json(CAST(value AS STRING), 'id BIGINT, seq BIGINT, op STRING, v STRING') AS c"
+    ).selectExpr("c.id AS id", "c.seq AS seq", "c.op AS op", "c.v AS v")
+else:
+    rows = events.selectExpr(
+        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+        "partition", "offset", "timestamp",
+    )
+if args.pg_table:
+    writer = (
+        rows.writeStream.format("postgres-eos")
+        .option("url", os.environ["EOS_PG_URL"])
+        .option("table", args.pg_table)
+    )
+elif args.table:
+    writer = rows.writeStream.format("delta-eos").option("path", args.table)
+else:
+    writer = (
+        events.select("key", "value")
+        .writeStream.format("kafka-eos")
+        .options(**kafka_options)
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("topic", args.out_topic)
+    )
+    if args.transactional_id_prefix:
+        writer = writer.option("transactionalIdPrefix", args.transactional_id_prefix)
+writer = (
+    writer.option("checkpointLocation", args.checkpoint)
+    .option("deliveryGuarantee", args.guarantee)
+)
+if args.commit_timeout:
+    writer = writer.option("commitTimeout", args.commit_timeout)
+for item in args.sink_option:
+    key, _, value = item.partition("=")
+    writer = writer.option(key, value)
+if args.mode == "drain":
+    query = writer.trigger(availableNow=True).start()
+else:
+    query = writer.trigger(processingTime="300 milliseconds").start()
+query.awaitTermination()
+spark.stop()

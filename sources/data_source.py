@@ -1,0 +1,76 @@
+"""`kafka-eos`'s reading side as a PySpark data source: options checked at `.load()`, the
+reader schemas looked up once per query start, and a reader per mode (streaming, batch,
+`readMode=driver`)."""
+
+from __future__ import annotations
+
+from pyspark.errors import PySparkNotImplementedError
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    SimpleDataSourceStreamReader,
+)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from sources.driver_reader import KafkaDriverStreamReader
+from sources.kafka_options import KafkaSourceOptions, parse_source_options
+from sources.kafka_source import FORMAT_NAME, KafkaBatchReader, KafkaStreamReader
+from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, arrow_schema
+from sources.registry_columns import RegistryColumns, resolve_columns
+
+
+class KafkaEosDataSource(DataSource):
+    """The reading side of `kafka-eos`. Options are validated in `schema()`, which Spark calls
+    at `.load()`, so a bad one fails before any batch runs (and writes, which share the format
+    name, are not held to the source's options)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._raw = dict(options)
+        self._columns: RegistryColumns | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str | StructType:
+        # Streaming or batch is not known yet: the checks common to both run now, the rest
+        # when Spark asks for a reader.
+        options = parse_source_options(self._raw, batch=None)
+        columns = self._registry_columns(options)
+        if columns.active:
+            base = from_arrow_schema(arrow_schema(options.include_headers),
+                                     prefer_timestamp_ntz=True)
+            return columns.spark_schema(base)
+        include = str(self._raw.get("includeheaders", "false")).strip().lower() == "true"
+        return SPARK_SCHEMA_DDL + (HEADERS_DDL if include else "")
+
+    def _registry_columns(self, options: KafkaSourceOptions) -> RegistryColumns:
+        """The value/key reader schemas, looked up once per query start (in schema(), whose
+        result Spark pickles with this object to the reader's process)."""
+        if self._columns is None:
+            sub = options.subscription
+            topics = sub.topics or tuple(t for t, _ in sub.assignment)
+            self._columns = resolve_columns(options.value_registry, options.key_registry,
+                                            sub.kind, topics)
+        return self._columns
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = parse_source_options(self._raw, batch=True)
+        return KafkaBatchReader(options, self._registry_columns(options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = parse_source_options(self._raw, batch=False)
+        if options.read_mode == "driver":
+            # PySpark then asks for simpleStreamReader (pyspark/sql/datasource_internal.py).
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED",
+                messageParameters={"feature": "streamReader with readMode=driver"},
+            )
+        return KafkaStreamReader(options, self._registry_columns(options))
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        options = parse_source_options(self._raw, batch=False)
+        return KafkaDriverStreamReader(options, self._registry_columns(options))
