@@ -417,3 +417,27 @@ def test_a_batch_of_two_schema_ids_decodes_both_in_order() -> None:
     values = pa.array([old + b"\x04", new, old + b"\x06", None])
     assert fast.decode(values, where).to_pylist() == [
         {"x": 2, "y": None}, {"x": 1, "y": "a"}, {"x": 3, "y": None}, None]
+
+
+def test_a_writer_whose_batches_are_always_refused_stays_with_fastavro() -> None:
+    """A writer encoding what the fast path never takes (here a varint one byte too long)
+    would pay for both paths in every batch: after a few refusals its id stays with fastavro,
+    while an id whose batches are refused now and then keeps the fast path."""
+    from connectors.core.schema_registry.avro_decoding import REFUSALS_TO_STOP
+
+    schema = {"type": "record", "name": "R", "fields": [{"name": "i", "type": "int"}]}
+    fast, slow = decoders(schema)
+    odd = pa.array([wire(b"\x82\x00")] * 3)  # i=1, non-canonical: fastavro reads it
+    for n in range(REFUSALS_TO_STOP):
+        assert fast._fast_by_id[READER_ID] is not None, n
+        assert fast.decode(odd, where).to_pylist() == slow.decode(odd, where).to_pylist()
+    assert fast._fast_by_id[READER_ID] is None
+    assert fast.decode(odd, where).to_pylist() == [{"i": 1}] * 3
+
+    mostly, _ = decoders(schema)
+    good = pa.array([wire(b"\x02")] * 3)
+    for _ in range(3 * REFUSALS_TO_STOP):
+        mostly.decode(good, where)
+        mostly.decode(good, where)
+        mostly.decode(odd, where)
+    assert mostly._fast_by_id[READER_ID] is not None

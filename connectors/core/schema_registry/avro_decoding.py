@@ -12,6 +12,7 @@ that path refuses is decoded here record by record.
 from __future__ import annotations
 
 import io
+import logging
 import json
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,10 @@ from connectors.core.schema_registry.decoding import (
 )
 from connectors.core.schema_registry.options import RegistryOptions
 
+log = logging.getLogger(__name__)
+#: refusals after which a schema id's batches skip the fast path (when most tries were refused)
+REFUSALS_TO_STOP = 5
+
 
 class AvroDecoder(ColumnDecoder):
     def __init__(self, opts: RegistryOptions, reader: ReaderSchema,
@@ -59,6 +64,8 @@ class AvroDecoder(ColumnDecoder):
         self.fast = _fast_reader(self._reader_json) if self._fixup is None else None
         self._fast_by_id: dict[int, FastAvroReader | ResolvingReader | None] = {
             reader.schema_id: self.fast}
+        self._tries: dict[int, int] = {}
+        self._refusals: dict[int, int] = {}
 
     def decode(self, values: pa.Array, where: Callable[[int], tuple[str, int, int]]) -> pa.Array:
         """Each schema id's records through the fast path where it takes them (the reader
@@ -76,8 +83,10 @@ class AvroDecoder(ColumnDecoder):
             whole = len(rows) == len(values)
             try:
                 built = reader.decode(values if whole else values.take(rows))
-            except FastPathRefused:
+            except FastPathRefused as e:
+                self._refused(schema_id, e)
                 continue
+            self._tries[schema_id] = self._tries.get(schema_id, 0) + 1
             if whole:
                 return self._spark(built)
             pieces.append(built)
@@ -95,6 +104,19 @@ class AvroDecoder(ColumnDecoder):
         order = np.empty(len(values), np.int64)
         order[np.concatenate([fast_rows, slow_rows])] = np.arange(len(values))
         return pa.concat_arrays(parts).take(pa.array(order))
+
+    def _refused(self, schema_id: int, error: FastPathRefused) -> None:
+        """A batch the fast path refused. Corrupt records do that now and then; a writer
+        whose encoding it never takes (blocked arrays, non-canonical varints) every time, and
+        each batch would pay for both paths: after REFUSALS_TO_STOP refusals, most of the
+        tries, that id stays with fastavro."""
+        tries = self._tries[schema_id] = self._tries.get(schema_id, 0) + 1
+        refused = self._refusals[schema_id] = self._refusals.get(schema_id, 0) + 1
+        if refused >= REFUSALS_TO_STOP and refused * 2 > tries:
+            self._fast_by_id[schema_id] = None
+            log.info("kafka-eos: Avro records of schema id %d are decoded record by record "
+                     "from now on: the batch path refused %d of %d batches (the last: %s)",
+                     schema_id, refused, tries, error)
 
     def _fast_for(self, schema_id: int) -> FastAvroReader | ResolvingReader | None:
         """The fast path for records of `schema_id`, once per id; None where it takes none."""

@@ -159,6 +159,8 @@ def _logical(schema: dict, base: Any, logical: str, uniq: _Names) -> Node | None
         if not 0 < precision <= MAX_DECIMAL_PRECISION:
             raise FastPathRefused("a decimal beyond Spark's precision")
         size = int(schema["size"]) if base == "fixed" else 0
+        if size > 16:  # every value would be refused (decimal128 holds 16 bytes)
+            raise FastPathRefused("a decimal on a fixed wider than 16 bytes")
         header = ({"type": "fixed", "name": uniq.new("d"), "size": size} if base == "fixed"
                   else "bytes")
         return Node("decimal", pa.decimal128(precision, scale), size=size, header=header)
@@ -364,9 +366,7 @@ def _build_leaf(node: Node, arr: pa.Array) -> pa.Array:
             pa.array(index, mask=~_valid(arr)))
     if kind == "decimal":
         return _decimals(node, arr)
-    if kind in ("float", "double"):
-        return arr.cast(node.build)
-    return arr.cast(node.build)  # string, bytes, fixed: large to small offsets
+    return arr.cast(node.build)  # float, double; string, bytes, fixed: large to small offsets
 
 
 def _fixed_bytes(arr: pa.Array, size: int) -> np.ndarray:
