@@ -97,9 +97,9 @@ def _throughput_options(ap: argparse.ArgumentParser) -> None:
                     help="measured runs of each side, alternating; the best of each is kept")
     ap.add_argument("--only", default="source,kafka,delta,memory,latency",
                     help="comma-separated subset of source,kafka,delta,memory,latency,"
-                         "delta-long-run,upsert-scale,partitions; latency, delta-long-run, "
-                         "upsert-scale and partitions alone are merged into an existing "
-                         "results.json, the rest kept")
+                         "delta-long-run,upsert-scale,partitions,registry; latency, "
+                         "delta-long-run, upsert-scale, partitions and registry alone are "
+                         "merged into an existing results.json, the rest kept")
 
 
 def _latency_options(ap: argparse.ArgumentParser) -> None:
