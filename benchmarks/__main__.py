@@ -491,6 +491,9 @@ def _run_alone(args: argparse.Namespace, argv: list[str] | None, only: set[str])
         from benchmarks import registry
 
         return registry.run_section(args, argv)
+    if "registry" in only:
+        raise SystemExit("python -m benchmarks: --only registry runs on its own (in a Spark "
+                         "session with spark-avro's jar)")
     if "upsert-scale" in only:
         raise SystemExit("python -m benchmarks: --only upsert-scale runs on its own (it needs "
                          "neither the broker nor Spark)")
