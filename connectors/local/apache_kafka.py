@@ -426,14 +426,7 @@ class ApacheKafka:
     def stop(self) -> None:
         if self.process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGCONT)
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
+        stop_process(self.process)
         self.process = None
 
     def kill(self) -> None:
@@ -448,6 +441,19 @@ class ApacheKafka:
         if self.process is not None:
             self.kill()
         self.start(timeout_s)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM (after SIGCONT, so that a frozen process can take it), then SIGKILL after 20 s:
+    the clean stop of a JVM this module or its neighbours started."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGCONT)
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
 
 
 def die_with_parent() -> None:

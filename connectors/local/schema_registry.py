@@ -24,11 +24,9 @@ import contextlib
 import fcntl
 import json
 import logging
-import os
 import re
 import secrets
 import shutil
-import signal
 import ssl
 import subprocess
 import tempfile
@@ -40,7 +38,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from connectors.local.apache_kafka import MakePKI, ServerPKI, cache_dir, die_with_parent, ivy_jar
+from connectors.local.apache_kafka import (
+    MakePKI,
+    ServerPKI,
+    cache_dir,
+    die_with_parent,
+    ivy_jar,
+    stop_process,
+)
 from connectors.local.broker import free_port, port_free
 
 log = logging.getLogger(__name__)
@@ -293,14 +298,7 @@ class SchemaRegistry:
         """SIGTERM, then SIGKILL after 20 s; idempotent."""
         if self.process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGCONT)
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
+        stop_process(self.process)
         self.process = None
 
 
