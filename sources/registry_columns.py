@@ -11,15 +11,17 @@ evolved meanwhile, and its row schema may change (a new field): `delta-eos` take
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from connectors.core.options import OptionError
-from connectors.core.schema_registry.decoding import ReaderSchema, resolve_reader_schema
-from connectors.core.schema_registry.decoders import decoder_for, new_decoder
 from connectors.core.schema_registry.options import RegistryOptions
+
+if TYPE_CHECKING:  # the decoders need the [registry] extra: imported only when a side uses it
+    from connectors.core.schema_registry.decoding import ReaderSchema
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class RegistryColumns:
         def where(i: int) -> tuple[str, int, int]:
             return topics[i].as_py(), partitions[i].as_py(), offsets[i].as_py()
 
+        if self.sides:
+            from connectors.core.schema_registry.decoders import decoder_for
         for side in self.sides:
             at = names.index(side.name)
             decoded = decoder_for(side.opts, side.reader).decode(batch.column(at), where)
@@ -99,6 +103,9 @@ def resolve_columns(value: RegistryOptions, key: RegistryOptions, kind: str,
     for opts in (key, value):
         if not opts.enabled:
             continue
+        from connectors.core.schema_registry.decoders import new_decoder
+        from connectors.core.schema_registry.decoding import resolve_reader_schema
+
         reader = resolve_reader_schema(opts, single_topic(topics, kind, opts))
         decoder = new_decoder(opts, reader)  # refuses schemas with no Spark type, at .load()
         spark = from_arrow_type(decoder.spark_type, prefer_timestamp_ntz=True)

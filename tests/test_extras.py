@@ -84,3 +84,67 @@ def test_falling_back_to_the_embedded_broker_without_its_extra_says_both_whys(
 
 def test_an_installed_extra_is_available():
     assert extras.available("postgres") and extras.available("local")
+
+
+#: What `pip install spark-eos-connectors` without [registry] lacks: confluent-kafka's registry
+#: client (httpx, certifi, authlib), its serializers' codecs, and polars.
+_REGISTRY_EXTRA_MODULES = ("confluent_kafka.schema_registry", "fastavro", "google.protobuf",
+                           "jsonschema", "polars", "httpx", "certifi", "authlib")
+
+_WITHOUT_REGISTRY_EXTRA = '''
+import importlib.abc, json, sys
+BLOCKED = %r
+
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Blocker())
+from pyspark.sql.types import StringType, StructField, StructType
+import connectors
+import connectors.cli
+from connectors.core.extras import MissingExtra
+from connectors.formats import KafkaEosDataSource
+
+out = {}
+base = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
+out["binary_schema"] = str(KafkaEosDataSource(dict(base)).schema())
+try:
+    KafkaEosDataSource(dict(base, valueFormat="avro",
+                            **{"schema.registry.url": "http://u:secret@127.0.0.1:9"})).schema()
+except MissingExtra as e:
+    out["source"] = str(e)
+value = StructType([StructField("value", StructType([StructField("a", StringType())]))])
+try:
+    KafkaEosDataSource({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t",
+                        "checkpointLocation": "/tmp/x", "valueFormat": "avro",
+                        "schema.registry.url": "http://127.0.0.1:9"}).streamWriter(value, False)
+except MissingExtra as e:
+    out["sink"] = str(e)
+print(json.dumps(out))
+'''
+
+
+def test_the_kafka_formats_run_without_the_registry_extra_and_registry_formats_name_it(tmp_path):
+    """A runtime-only install (what the peers' PySpark 4.2 environment is) imports every format
+    and reads binary rows; a registry format fails at query start naming the `pip install`.
+    Failed before: the source's options imported confluent-kafka's registry client, so every
+    `kafka-eos` query died with "No module named 'certifi'"."""
+    import json
+    import subprocess
+
+    script = _WITHOUT_REGISTRY_EXTRA % (_REGISTRY_EXTRA_MODULES,)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path,
+                          env={**__import__("os").environ, "PYTHONPATH": str(
+                              __import__("pathlib").Path(__file__).resolve().parents[1])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["binary_schema"].startswith("key binary, value binary, topic string")
+    for where in ("source", "sink"):
+        assert where in out, f"the {where} did not refuse valueFormat=avro without the extra"
+        assert out[where].startswith("the Schema Registry support"), out[where]
+        assert out[where].endswith("pip install 'spark-eos-connectors[registry]'"), out[where]
+        assert "secret" not in out[where]

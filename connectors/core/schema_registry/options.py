@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from connectors.core import extras
 from connectors.core.options import OptionError, Options, is_secret
 from connectors.core.redaction import MASK, redact_text
 
@@ -211,6 +212,7 @@ class RegistryOptions:
                      subject_strategy=strategy, subject=subject, record_name=record_name,
                      schema_version=version, mode=mode_raw, include_raw=include_raw,
                      retry_timeout_s=retry_ms / 1000)
+        extras.require("registry")  # the client checks its settings: needs the extra
         _check_client_conf(parsed)
         return parsed
 
