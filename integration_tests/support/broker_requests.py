@@ -14,6 +14,7 @@ import json
 import os
 import re
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -33,6 +34,8 @@ class RequestLog:
         self.path = Path(node.log_file)
         self.bootstrap = node.bootstrap_servers
         self.broker_id = broker_id
+        self._marker_id = f"request-log-marker-{uuid.uuid4().hex[:8]}"
+        self._admin: AdminClient | None = None
 
     def _set_level(self, level: str) -> None:
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
@@ -53,17 +56,45 @@ class RequestLog:
     def __exit__(self, *exc: object) -> None:
         self._set_level("WARN")  # what the suite's broker logs otherwise (its `kafka` logger)
 
-    def mark(self) -> int:
-        return os.path.getsize(self.path)
+    def mark(self, timeout_s: float = 30) -> int:
+        """A position after every request completed so far. The broker writes a request's line
+        when its response has gone out, so a client can hold its answer before the line is in
+        the file: a marker request (a Metadata request of this log's own client) is sent, and
+        the position is the end of its line, once it is there."""
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap,
+                                       "client.id": self._marker_id})
+        start = os.path.getsize(self.path)
+        self._admin.list_topics(timeout=15)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            end = self._marker_end(start)
+            if end is not None:
+                return end
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the broker's request log ({self.path}) did not show the "
+                                   f"marker request within {timeout_s:.0f} s")
+            time.sleep(0.05)
+
+    def _marker_end(self, since: int) -> int | None:
+        with open(self.path, "rb") as f:
+            f.seek(since)
+            position = since
+            for line in f:
+                position += len(line)
+                if self._marker_id.encode() in line and b"Completed request:" in line:
+                    return position
+        return None
 
     def counts(self, since: int, client_id: str) -> Counter[str]:
         """Requests by API name (METADATA, LIST_OFFSETS, FETCH, ...) that `client_id` sent
-        and the broker completed after position `since`."""
+        and the broker completed after position `since`, up to a fresh mark."""
+        until = self.mark()
         found: Counter[str] = Counter()
-        with open(self.path, errors="replace") as f:
+        with open(self.path, "rb") as f:
             f.seek(since)
-            for line in f:
-                match = _LINE.search(line)
+            for raw in f.read(until - since).decode(errors="replace").splitlines():
+                match = _LINE.search(raw)
                 if match is None:
                     continue
                 header = json.loads(match.group(1)).get("requestHeader", {})
