@@ -89,11 +89,15 @@ def test_rolling_restarts_never_fail_a_query_and_end_exactly_once(cluster: Kafka
     report(f"rolling restarts on {cluster.generation.version}", lines)
 
 
+@pytest.mark.parametrize("cluster", ["kafka-4"], indirect=True)
 def test_two_of_three_nodes_down_then_back_ends_exactly_once(cluster: KafkaCluster, tmp_path):
     """The quorum and every ISR lost for 40 s: the queries wait under kafkaRetryTimeout
     (default 5 minutes) and go on once the nodes are back, and end exactly once. A produce that
     NOT_ENOUGH_REPLICAS refused inside a task's transaction is retried by librdkafka, or fails
-    the task, whose transaction is then aborted: no part of a batch becomes visible alone."""
+    the task, whose transaction is then aborted: no part of a batch becomes visible alone.
+    On 4.x only: the waits are the clients' retries under kafkaRetryTimeout, the same on either
+    generation (it passed on 3.9 too, stall 54.9 s, docs/operations.md); the rolling restarts
+    run on both, and this lane's 140 s of two cores fit the suite's budget once."""
     with pipelines(cluster, tmp_path, "quorum") as run:
         queries = run.queries
         wait_for_commits(queries, 0, 240, "at the start")
