@@ -141,6 +141,44 @@ def test_moto_honours_if_none_match(s3):
     assert client.get_object(Bucket=bucket, Key="k")["Body"].read() == b"1"
 
 
+def test_the_servers_conditional_create_is_atomic_as_on_s3(s3, monkeypatch):
+    """Two creators of one key with `If-None-Match: *` at once: exactly one wins, the other gets
+    412, however slow the server's write. moto looks the key up, then writes, without a lock;
+    the suite's server serializes conditional writes (integration_tests/support/s3.py), so the
+    Delta commit tests are as strong as S3 makes them. Failed before: with a write slowed by
+    0.3 s both creators won (and test_concurrent_committers_never_lose_a_commit lost a commit
+    under load)."""
+    import botocore.exceptions
+    from moto.s3.models import S3Backend
+
+    original = S3Backend.put_object
+
+    def slow_put(self, *args, **kwargs):
+        time.sleep(0.3)  # the window between moto's look-up and its write, widened
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(S3Backend, "put_object", slow_put)
+    bucket = s3.create_bucket()
+    barrier = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def create(body: bytes) -> None:
+        client = s3._client()
+        barrier.wait()
+        try:
+            client.put_object(Bucket=bucket, Key="v", Body=body, IfNoneMatch="*")
+            outcomes.append("created")
+        except botocore.exceptions.ClientError as e:
+            outcomes.append(e.response["ResponseMetadata"]["HTTPStatusCode"])
+
+    threads = [threading.Thread(target=create, args=(b,)) for b in (b"a", b"b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(outcomes, key=str) == [412, "created"], outcomes
+
+
 def test_a_stale_committer_is_retried_not_lost(s3):
     """Two writers read version 0; the second commits after the first took version 1: its
     conditional PUT of version 1 is refused, delta-rs retries at version 2. Both batches (rows
