@@ -11,6 +11,7 @@ import re
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -136,25 +137,43 @@ def write_parquet_input(work: str, rows: int, value_bytes: int, rows_per_file: i
 
 
 def produce_fixed(bootstrap: str, topic: str, partitions: int, per_partition: int, size: int) -> None:
-    """Fill each partition, ending it with a single-record batch (docs/design.md#brokers)."""
+    """Fill each partition with `size`-byte values (docs/design.md#brokers)."""
+    payload = (b"0123456789abcdef" * (size // 16 + 1))[:size]
+
+    def records(p: int) -> Iterator[tuple[bytes | None, bytes]]:
+        yield from ((b"k%d" % i, payload) for i in range(per_partition - 1))
+        yield None, payload
+
+    produce_sealed(bootstrap, topic, partitions, records)
+
+
+def produce_sealed(bootstrap: str, topic: str, partitions: int,
+                   records: Callable[[int], Iterable[tuple[bytes | None, bytes]]]) -> None:
+    """Partition p gets `records(p)` (key, value pairs, at least one), its last record in a
+    single-record batch of its own (docs/design.md#brokers): all but the last ones, a flush,
+    then the last ones."""
     producer = Producer({
         "bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
         "compression.type": "none", "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
     })
-    payload = (b"0123456789abcdef" * (size // 16 + 1))[:size]
+    lasts = []
     for p in range(partitions):
-        for i in range(per_partition - 1):
+        pending = iter(records(p))
+        previous = next(pending)
+        for record in pending:
             while True:
                 try:
-                    producer.produce(topic, value=payload, key=b"k%d" % i, partition=p)
+                    producer.produce(topic, key=previous[0], value=previous[1], partition=p)
                     break
                 except BufferError:
                     producer.poll(0.05)
+            previous = record
+        lasts.append(previous)
     if producer.flush(300) != 0:
         raise RuntimeError("records not delivered")
-    for p in range(partitions):
-        producer.produce(topic, value=payload, partition=p)
+    for p, (key, value) in enumerate(lasts):
+        producer.produce(topic, key=key, value=value, partition=p)
     if producer.flush(120) != 0:
         raise RuntimeError("records not delivered")
 

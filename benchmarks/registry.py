@@ -78,26 +78,11 @@ def wire_records(schema_id: int, note: int, count: int) -> list[bytes]:
 
 def produce(bootstrap: str, topic: str, partitions: int, values: list[bytes]) -> None:
     """The records spread over the partitions, each ending with a single-record batch."""
-    from confluent_kafka import Producer
+    from benchmarks.common import produce_sealed
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
-                         "queue.buffering.max.kbytes": 1_048_576})
     per = len(values) // partitions
-    for p in range(partitions):
-        for v in values[p * per:(p + 1) * per - 1]:
-            while True:
-                try:
-                    producer.produce(topic, value=v, partition=p)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-    if producer.flush(300) != 0:
-        raise RuntimeError("records not delivered")
-    for p in range(partitions):
-        producer.produce(topic, value=values[(p + 1) * per - 1], partition=p)
-    if producer.flush(120) != 0:
-        raise RuntimeError("records not delivered")
+    produce_sealed(bootstrap, topic, partitions,
+                   lambda p: ((None, v) for v in values[p * per:(p + 1) * per]))
 
 
 def deserializer_loop(bootstrap: str, topic: str, partition: int, end: int,
