@@ -178,9 +178,11 @@ def produce_sealed(bootstrap: str, topic: str, partitions: int,
         raise RuntimeError("records not delivered")
 
 
-def raw_consume(bootstrap: str, topic: str, partition: int, end: int) -> tuple[int, float]:
-    """One raw consumer on one partition, doing nothing but count what consume() hands over,
-    until the partition's end offset. Same consumer configuration as the source's."""
+def raw_consume(bootstrap: str, topic: str, partition: int, end: int,
+                each: Callable[[bytes], object] | None = None) -> tuple[int, float]:
+    """One raw consumer on one partition, doing nothing but count what consume() hands over
+    (and pass each value to `each`, when given), until the partition's end offset. Same
+    consumer configuration as the source's."""
     consumer = Consumer(consumer_conf({"bootstrap.servers": bootstrap}))
     consumer.assign([TopicPartition(topic, partition, 0)])
     n = 0
@@ -188,6 +190,9 @@ def raw_consume(bootstrap: str, topic: str, partition: int, end: int) -> tuple[i
     while True:
         msgs = consumer.consume(10_000, timeout=1.0)
         if msgs:
+            if each is not None:
+                for m in msgs:
+                    each(m.value())
             n += len(msgs)
             if msgs[-1].offset() >= end - 1:
                 break

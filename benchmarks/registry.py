@@ -89,29 +89,15 @@ def deserializer_loop(bootstrap: str, topic: str, partition: int, end: int,
                       registry_url: str) -> tuple[int, float]:
     """confluent-kafka's consumer and AvroDeserializer, the way a plain Python job reads the
     topic: each record's value to a dict, until the partition's end."""
-    from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from connectors.core.kafka_client import consumer_conf
+    from benchmarks.common import raw_consume
 
     deserialize = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
     ctx = SerializationContext(topic, MessageField.VALUE)
-    consumer = Consumer(consumer_conf({"bootstrap.servers": bootstrap}))
-    consumer.assign([TopicPartition(topic, partition, 0)])
-    n = 0
-    started = time.perf_counter()
-    while True:
-        msgs = consumer.consume(10_000, timeout=1.0)
-        for m in msgs:
-            deserialize(m.value(), ctx)
-        n += len(msgs)
-        if msgs and msgs[-1].offset() >= end - 1:
-            break
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return n, elapsed
+    return raw_consume(bootstrap, topic, partition, end, each=lambda value: deserialize(value, ctx))
 
 
 def spark_reads(spark, bootstrap: str, topic: str, rows: int, registry_url: str) -> dict:
