@@ -47,9 +47,9 @@ if SPARK_CDS_ENV not in os.environ:
 #: runs, and the Schema Registry, many-topics and deep-backlog modules from the suite's
 #: durations (about 170, 90, 20, 45 and 30 s), 2026-11-27.
 LONGEST_FIRST = (
-    "test_cluster_faults", "test_kafka_crash_matrix", "test_network_partitions",
+    "test_crash_matrix", "test_cluster_faults", "test_kafka_crash_matrix", "test_network_partitions",
     "test_schema_registry_source", "test_postgres_crash_matrix", "test_delta_crash_matrix",
-    "test_delta_upsert_crash_matrix", "test_chained_kafka", "test_operations",
+    "test_chained_kafka", "test_operations",
     "test_secured_clusters", "test_schema_registry_sink", "test_demo", "test_benchmarks_smoke",
     "test_streaming", "test_peers_interop", "test_delta_s3", "test_kafka_sink_reset",
     "test_delta_operations", "test_delta_sink", "test_first_pipeline", "test_postgres_sink",
@@ -176,3 +176,68 @@ def secured_schema_registry():
 
     with started(make_pki=generate_test_pki) as registry:
         yield registry
+
+
+# -- the shared 3-node clusters (integration_tests/support/scheduling.py puts the modules that use
+# -- each on one worker, so each starts once in the run) --------------------------------------
+
+def _no_given_cluster(what: str) -> None:
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        pytest.skip(f"KAFKA_BOOTSTRAP_SERVERS names the cluster under test: {what} starts "
+                    "Apache Kafka nodes of its own only when no cluster is given")
+
+
+@pytest.fixture(scope="session")
+def loopback_cluster():
+    """Three Apache Kafka 4.x nodes on loopback (integration_tests/support/kafka_cluster.py), for
+    test_kafka_cluster.py and test_cluster_faults.py; a test that stops nodes restarts them,
+    and each module's `cluster` fixture waits for the cluster to be whole before a test."""
+    from connectors.local.apache_kafka import LATEST
+    from integration_tests.support.kafka_cluster import kafka_cluster
+
+    _no_given_cluster("the cluster lane")
+    with kafka_cluster(LATEST) as c:
+        print(f"\n3-node Apache Kafka {c.generation.version} at {c.bootstrap_servers}, "
+              f"up in {c.startup_s:.1f} s")
+        yield c
+
+
+@pytest.fixture(scope="session")
+def network_lab():
+    """Three hosts in network namespaces (integration_tests/support/netns.py), for the lab's own
+    tests (test_netns.py) and the partition lanes (test_network_partitions.py); a skip naming
+    what failed where no lab can be made. Every cut is healed by the test that made it."""
+    from integration_tests.support import netns
+
+    reason = netns.unavailable()
+    if reason:
+        pytest.skip(f"network namespaces cannot be made here: {reason}")
+    entered = False
+    try:
+        with netns.network_lab(hosts=3) as made:
+            entered = True
+            yield made
+    except netns.LabUnavailable as e:
+        if entered:
+            raise
+        pytest.skip(f"no network lab here: {e}")
+
+
+@pytest.fixture(scope="session")
+def lab_cluster(network_lab):
+    """Three Apache Kafka 4.x nodes, node i in the lab's host i, started on first use."""
+    from connectors.local.apache_kafka import LATEST, KafkaUnavailable
+    from integration_tests.support.kafka_cluster import kafka_cluster
+
+    _no_given_cluster("the lab's cluster")
+    entered = False
+    try:
+        with kafka_cluster(LATEST, hosts=network_lab.hosts, launcher=network_lab.launcher) as c:
+            entered = True
+            print(f"\n3-node Apache Kafka {c.generation.version} in namespaces at "
+                  f"{c.bootstrap_servers}, up in {c.startup_s:.1f} s")
+            yield c
+    except KafkaUnavailable as e:
+        if entered:
+            raise
+        pytest.skip(f"Apache Kafka cannot run here: {e}")

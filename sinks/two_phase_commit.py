@@ -367,8 +367,8 @@ class _Protocol:
                 self.sink.invoke(txn, batch)
                 rows += batch.num_rows
                 nbytes += batch.nbytes
-                faults.inject("task_write", batch_id, info.partition_id)
-            faults.inject("task_fail", batch_id, info.partition_id, info.attempt)
+                self._fault("task_write", batch_id, info.partition_id)
+            self._fault("task_fail", batch_id, info.partition_id, info.attempt)
             handle = self.sink.preCommit(txn) if txn is not None else None
             if handle is not None and self.exactly_once and not self.settings.batch_job:
                 # Inside the abort scope: a prepared transaction whose handle never reached
@@ -386,6 +386,12 @@ class _Protocol:
             batch_id, info.partition_id, info.attempt, handle,
             rows=rows, bytes=nbytes, write_ms=(time.perf_counter() - started) * 1000,
         )
+
+    def _fault(self, point: str, batch_id: int, partition: int | None = None,
+               attempt: int = 0) -> None:
+        """The crash matrix's fault points (sinks/faults.py; inert in production), scoped by
+        this query's checkpoint so that one pipeline can run several sinks' rows at once."""
+        faults.inject(point, batch_id, partition, attempt, scope=self.settings.checkpoint_location)
 
     def _abort_failed_task(self, txn: Any, handle: Handle | None) -> None:
         """A task failed: before preCommit its open transaction is the store's to clean up;
@@ -428,14 +434,12 @@ class _Protocol:
 
         def committed(i: int, group: dict[int, Handle], lost_here: list[int]) -> None:
             lost.extend(lost_here)
-            faults.inject(
-                "after_store_commit", batch_id,
-                next(iter(group)) if self.sink.commits_per_partition else None,
-            )
+            self._fault("after_store_commit", batch_id,
+                        next(iter(group)) if self.sink.commits_per_partition else None)
             if txlog is not None:
                 txlog.record_committed(batch_id, [p for p in group if p not in lost_here])
             if i == 0 and len(groups) > 1:
-                faults.inject("after_some_commits", batch_id)
+                self._fault("after_some_commits", batch_id)
 
         workers = min(len(groups), max(1, self.sink.concurrent_commits))
         if workers <= 1:
@@ -555,10 +559,10 @@ class TwoPhaseCommitWriter(_Protocol, DataSourceStreamArrowWriter):
         handles = {m.partition: m.handle for m in prepared if m.handle is not None}
         if self.exactly_once:
             txlog = self._log()
-            faults.inject("after_precommit", batchId)
+            self._fault("after_precommit", batchId)
             if handles:
                 txlog.record_decision(batchId, handles)
-            faults.inject("after_decision", batchId)
+            self._fault("after_decision", batchId)
             if handles or self.sink.commit_empty_batches:
                 lost = self._commit(batchId, handles, recovering=False, txlog=txlog)
                 if lost:
@@ -570,7 +574,7 @@ class TwoPhaseCommitWriter(_Protocol, DataSourceStreamArrowWriter):
             txlog.record_done(batchId)
             self._abort_superseded(txlog, batchId, handles)
             txlog.garbage_collect(batchId - self.settings.retain_batches + 1)
-            faults.inject("after_commit", batchId)
+            self._fault("after_commit", batchId)
         self._log_batch(batchId, prepared, (time.perf_counter() - started) * 1000)
 
     def _abort_superseded(self, txlog: TransactionLog, batch_id: int, handles: dict[int, Handle]) -> None:

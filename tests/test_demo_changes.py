@@ -10,7 +10,7 @@ import json
 
 from connectors.demo import verify
 from connectors.demo.changes import Change, fold, sample_changes, stream_facts
-from integration_tests.delta_sink import test_delta_upsert_crash_matrix as crash_matrix
+from integration_tests.support import crash_matrix
 
 PARTITIONS = 3
 

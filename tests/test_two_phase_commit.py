@@ -951,6 +951,39 @@ def test_faults_armed_parsing(monkeypatch, spec, point, batch, partition, armed)
     assert faults._armed(point, batch, partition) is armed
 
 
+@pytest.mark.parametrize("spec, scope, armed", [
+    ("ck-pg:after_decision@3", "/tmp/x/ck-pg", True),
+    ("ck-pg:after_decision@3", "/tmp/x/ck-pg/", True),
+    ("ck-pg:after_decision@3", "/tmp/x/ck-delta", False),
+    ("ck-pg:after_decision@3", None, False),
+    ("after_decision@3", "/tmp/x/ck-delta", True),
+    ("ck-delta:after_commit@3, ck-pg:after_decision@3", "/tmp/ck-pg", True),
+    ("s3a://b/ck:after_decision@3", "s3a://b/ck", False),  # a scope is a folder's name
+])
+def test_faults_scoped_to_a_query_by_its_checkpoint_folder(monkeypatch, spec, scope, armed):
+    monkeypatch.setenv(faults.ENV, spec)
+    assert faults._armed("after_decision", 3, None, scope) is armed
+
+
+def test_fault_rendezvous_waits_for_every_party_then_returns(monkeypatch, tmp_path):
+    """Two parties: the first parks until the second has reached its point (the kill follows,
+    in inject); a party that never comes ends the wait after the timeout, saying so."""
+    import threading
+
+    monkeypatch.setenv(faults.RENDEZVOUS_ENV, f"{tmp_path}:2")
+    done = threading.Event()
+    first = threading.Thread(target=lambda: (faults._rendezvous("after_decision", 4, "/c/a"),
+                                             done.set()))
+    first.start()
+    assert not done.wait(0.5), "the first party went on alone"
+    faults._rendezvous("after_commit", 4, "/c/b")
+    assert done.wait(5)
+    assert sorted(p.read_text() for p in tmp_path.iterdir()) == ["a after_decision\n",
+                                                                 "b after_commit\n"]
+    monkeypatch.setattr(faults, "RENDEZVOUS_TIMEOUT_S", 0.2)
+    faults._rendezvous("after_decision", 5, "/c/a")  # alone: returns after the timeout
+
+
 def test_faults_inert_without_env(monkeypatch):
     monkeypatch.delenv(faults.ENV, raising=False)
     assert faults._armed("task_fail", 0, 0) is False
@@ -1021,7 +1054,7 @@ def test_the_store_commit_fault_point_sits_before_the_committed_marker(chk, monk
     seen = []
     monkeypatch.setattr(
         faults, "inject",
-        lambda point, batch, partition=None, attempt=0: seen.append(
+        lambda point, batch, partition=None, attempt=0, scope=None: seen.append(
             (point, partition, sorted(TransactionLog(chk).state(batch).committed))
         ),
     )

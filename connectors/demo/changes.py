@@ -18,7 +18,7 @@ from an older position, two producers, a re-snapshot):
 `fold()` is the table the stream must end as, computed here in plain Python, independently of
 the sink's own fold and MERGE (sinks/delta/fold.py, upsert.py): per key the change with the
 highest lsn wins (a delete winning a tie, as the crash matrix's fold has it:
-integration_tests/delta_sink/test_delta_upsert_crash_matrix.py; a unit test checks the two agree), and
+integration_tests/support/crash_matrix.py; a unit test checks the two agree), and
 a key whose winner is a delete is absent.
 """
 

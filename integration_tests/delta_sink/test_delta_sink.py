@@ -40,6 +40,7 @@ def _run(df, tmp_path, name="ckpt", **options):
     return query
 
 
+@pytest.mark.quick  # the quick lane's end-to-end smoke of this format
 def test_appends_exactly_once_across_batches(source, tmp_path):
     frame, expected = source
     table = str(tmp_path / "t")

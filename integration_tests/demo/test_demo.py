@@ -89,7 +89,7 @@ def test_demo_upsert_with_chaos_ends_with_the_fold(tmp_path: Path, bootstrap: st
     must find the table exactly the fold of the changes, and so must this test, reading the
     input topic back itself and folding it with the crash matrix's independent fold."""
     from connectors.local.kafka_oracle import committed
-    from integration_tests.delta_sink.test_delta_upsert_crash_matrix import fold
+    from integration_tests.support.crash_matrix import fold
 
     records = 2000  # 4 batches of 500 and the drain: about a minute with two Spark starts
     proc = subprocess.run(

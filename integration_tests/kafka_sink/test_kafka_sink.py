@@ -53,6 +53,7 @@ def test_bad_input_fails_at_query_start(source, bootstrap, tmp_path, columns, op
         _run(frame.selectExpr(*columns), bootstrap, tmp_path, **options)
 
 
+@pytest.mark.quick  # the quick lane's end-to-end smoke of this format
 def test_columns_topic_partition_headers_as_spark_takes_them(source, bootstrap, tmp_path):
     frame, expected = source
     out = unique_topic("kcols")

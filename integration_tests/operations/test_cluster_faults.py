@@ -2,12 +2,14 @@
 running exactly-once queries (`kafka-eos -> kafka-eos` and `kafka-eos -> delta-eos`): neither
 query fails through a rolling restart, both keep committing, and both end exactly once.
 
-One cluster per generation (4.x with transaction version 2, and 3.9) for the whole module, one
-pair of pipelines per scenario (integration_tests/support/cluster_pipelines.py). Input keeps arriving
-from a producer of the test's own while the brokers restart, so every restart meets batches
-being read, written and committed. The stall a restart causes (seconds without a committed
-batch, from the checkpoint's `commits/` files) is printed for the closing note and
-docs/operations.md; it is measured, never asserted.
+One cluster per generation (4.x with transaction version 2: the session's, shared with
+test_kafka_cluster.py; and 3.9, this module's), one pair of pipelines per scenario
+(integration_tests/support/cluster_pipelines.py; on 3.9 the Kafka one alone). Input keeps
+arriving from a producer of the test's own while the brokers restart, so every restart meets
+batches being read, written and committed, and some must arrive after the last fault. The
+stall a restart causes (seconds without a committed batch, from the checkpoint's `commits/`
+files) is printed for the closing note and docs/operations.md; it is measured, never asserted.
+What is asserted of each fault is its effect: without a quorum nothing commits.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import uuid
 
 import pytest
 
-from connectors.local.apache_kafka import GENERATION_3, LATEST
+from connectors.local.apache_kafka import GENERATION_3
 from integration_tests.support.cluster_pipelines import (
     Restart,
     pipelines,
@@ -33,13 +35,25 @@ from integration_tests.support.kafka_cluster import KafkaCluster, kafka_cluster
 from integration_tests.support.streaming import wait_for
 
 
+#: How long two of the three nodes stay down in the quorum-loss test.
+OUTAGE_S = 40
+#: Seconds after the kill in which a batch already read may still commit.
+SETTLE_S = 10
+
+
 @pytest.fixture(scope="module", params=["kafka-4", "kafka-3.9"])
 def cluster(request: pytest.FixtureRequest) -> KafkaCluster:
+    """4.x: the session's 3-node cluster (shared with test_kafka_cluster.py), whole; 3.9: a
+    cluster of its own for this module."""
+    if request.param == "kafka-4":
+        shared = request.getfixturevalue("loopback_cluster")
+        shared.wait_healthy(timeout_s=180)
+        yield shared
+        return
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         pytest.skip("KAFKA_BOOTSTRAP_SERVERS names the cluster under test: the cluster lane "
                     "starts three Apache Kafka nodes of its own only when no cluster is given")
-    generation = LATEST if request.param == "kafka-4" else GENERATION_3
-    with kafka_cluster(generation) as c:
+    with kafka_cluster(GENERATION_3) as c:
         print(f"\n3-node Apache Kafka {c.generation.version} at {c.bootstrap_servers}, "
               f"up in {c.startup_s:.1f} s")
         yield c
@@ -52,7 +66,11 @@ def test_rolling_restarts_never_fail_a_query_and_end_exactly_once(cluster: Kafka
     failed with _UNKNOWN_PARTITION or _DESTROY_BROKER and tasks with _TRANSPORT from
     init_transactions (two runs in three died on SIGKILLed brokers)."""
     restarts: list[Restart] = []
-    with pipelines(cluster, tmp_path, "roll") as run:
+    # On 3.9 the Kafka query alone: what differs between the generations is the sink's commit
+    # through the transaction coordinator (transaction version 0 there); the Delta query's path
+    # through a restart (the source's metadata and fetches) is the same on both, and runs on 4.x.
+    v3 = cluster.generation.major == 3
+    with pipelines(cluster, tmp_path, "roll", delta=not v3) as run:
         queries = run.queries
         topics = {"input": run.topic, "output": run.out_topic}
         wait_for_commits(queries, 0, 240, "at the start")
@@ -72,10 +90,9 @@ def test_rolling_restarts_never_fail_a_query_and_end_exactly_once(cluster: Kafka
                 # both queries to commit again, so every restart meets running queries
                 wait_for_commits(queries, r.back_at, 240,
                                  f"after node {node.node_id}'s {how} restart")
-        expected = run.end_exactly_once()
-    held = [role for r in restarts for role in r.roles]
-    assert any("coordinator" in x for x in held), "no restart hit the sink's coordinator"
-    assert any("leader of input" in x for x in held) and any("leader of output" in x for x in held)
+        expected = run.end_exactly_once(input_after=restarts[-1].back_at)
+    # Which restart hit which role is printed, not asserted: every node is restarted, so some
+    # restart holds the coordinator and the leaders whatever the queries do.
     lines = [f"{len(expected)} records; Apache Kafka {cluster.generation.version}"]
     for q in queries:
         s = stalls(q, restarts, run.until)
@@ -105,16 +122,23 @@ def test_two_of_three_nodes_down_then_back_ends_exactly_once(cluster: KafkaClust
         down_at = time.time()
         for node in down:
             node.kill()
-        time.sleep(40)
+        time.sleep(OUTAGE_S)
         for q in queries:
             q.assert_running("while two of three nodes were down")
+        restart_at = time.time()
         for node in down:
             node.start()
         for node in down:
             cluster.wait_in_sync(node.node_id, [run.topic, run.out_topic])
         back_at = time.time()
         wait_for_commits(queries, back_at, 300, "after the quorum came back")
-        expected = run.end_exactly_once()
+        expected = run.end_exactly_once(input_after=back_at)
+    # The outage had its effect: without a quorum nothing commits. A batch already read when
+    # the nodes died may still commit (the Delta query's commit needs no broker), so the
+    # window starts a few seconds in.
+    for q in queries:
+        during = [t for t in q.commit_times() if down_at + SETTLE_S < t < restart_at]
+        assert not during, f"the {q.name} query committed {len(during)} batch(es) without a quorum"
     lines = [f"{len(expected)} records; Apache Kafka {cluster.generation.version}; nodes 2 and 3 "
              f"down {back_at - down_at:.1f} s (40 s killed, then restarted and back in sync)"]
     outage = Restart(2, "two down", down_at)

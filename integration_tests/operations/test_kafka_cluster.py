@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from connectors.local.apache_kafka import LATEST
-from integration_tests.support.kafka_cluster import KafkaCluster, kafka_cluster
+from integration_tests.support.kafka_cluster import KafkaCluster
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[KafkaCluster]:
-    with kafka_cluster(LATEST) as c:
-        print(f"\n3-node Apache Kafka {c.generation.version} at {c.bootstrap_servers}, "
-              f"up in {c.startup_s:.1f} s")
-        yield c
+@pytest.fixture
+def cluster(loopback_cluster: KafkaCluster) -> KafkaCluster:
+    """The session's 3-node cluster (shared with test_cluster_faults.py), whole."""
+    loopback_cluster.wait_healthy(timeout_s=180)
+    return loopback_cluster
 
 
 def _topic(prefix: str) -> str:

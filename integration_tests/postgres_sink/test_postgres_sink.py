@@ -64,6 +64,7 @@ def _assert_once(postgres, table: str, expected) -> None:
     assert sorted(got) == want
 
 
+@pytest.mark.quick  # the quick lane's end-to-end smoke of this format
 def test_appends_exactly_once_and_creates_the_table(postgres, source, tmp_path):
     frame, expected = source
     table = _table()

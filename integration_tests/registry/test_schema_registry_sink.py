@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from connectors.local.kafka_oracle import committed
+from connectors.local.kafka_oracle import committed, read_partition
 from integration_tests.support.kafka_data import create_topic, produce, unique_topic
 
 FORMATS = ("avro", "protobuf", "json-schema")
@@ -310,6 +310,12 @@ def test_a_row_that_does_not_fit_fails_the_batch_and_nothing_is_visible(
     assert "field 'value.color'" in error, error
     assert f"partition 1 offset {bad}" in error, error
     assert committed(bootstrap, out) == []
+    # An empty committed read alone would pass if nothing had been written at all: the other
+    # partition's rows went out in its transaction, which was aborted, and nothing is open.
+    parts = [read_partition(bootstrap, out, p) for p in range(2)]
+    healthy = sum(1 for r in records if r.partition == 0)
+    assert sum(len(p.aborted) for p in parts) >= healthy, [len(p.aborted) for p in parts]
+    assert [p.open for p in parts] == [[], []]
 
 
 @pytest.mark.parametrize("fmt", ["avro", "json-schema"])

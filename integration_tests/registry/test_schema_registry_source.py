@@ -10,6 +10,8 @@ for one test); each dataset is produced once and read by the tests that need it.
 
 from __future__ import annotations
 
+import collections
+
 import datetime as dt
 import decimal
 import json
@@ -80,9 +82,14 @@ def read(spark, bootstrap: str, topic: str, url: str, fmt: str, **options: str):
 
 
 def rows_by_offset(df) -> dict[tuple[int, int], dict[str, Any]]:
-    """Arrow rows (timestamps stay UTC-aware) by (partition, offset)."""
-    table = df.toArrow()
-    return {(r["partition"], r["offset"]): r for r in table.to_pylist()}
+    """Arrow rows (timestamps stay UTC-aware) by (partition, offset); a record the source
+    returned twice fails here, before the dict would fold the two rows into one."""
+    rows = df.toArrow().to_pylist()
+    keyed = {(r["partition"], r["offset"]): r for r in rows}
+    twice = collections.Counter((r["partition"], r["offset"]) for r in rows)
+    assert len(keyed) == len(rows), \
+        f"records returned more than once: {[k for k, n in twice.items() if n > 1][:5]}"
+    return keyed
 
 
 # -- Avro -----------------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from integration_tests.support.kafka_data import Record, create_topic, produce, unique_topic
 
 
@@ -12,6 +14,7 @@ def _records(df) -> list[Record]:
     return sorted(Record(r.topic, r.partition, r.offset, r.key, r.value) for r in rows)
 
 
+@pytest.mark.quick  # the quick lane's end-to-end smoke of this format
 def test_batch_read_returns_every_record_once(spark, bootstrap):
     topic = unique_topic("batch")
     create_topic(bootstrap, topic, 3)

@@ -5,7 +5,12 @@ checkpoint.
     python -m integration_tests.support.pipelines.eos_pipeline --bootstrap B --topic T --checkpoint C \\
         (--table PATH | --out-topic TOPIC | --pg-table NAME) [--mode drain|continuous] \\
         [--master local[2,4]] [--guarantee G] [--sink-option KEY=VALUE ...] \\
-        [--source-option KEY=VALUE ...] [--no-daemon] [--changes]
+        [--source-option KEY=VALUE ...] [--no-daemon] [--changes] [--also QUERY-ARGS ...]
+
+`--also` starts one more query in the same Spark application, with arguments of its own (the
+same options as above but `--master` and `--no-daemon`, which are the application's); repeat it
+for more. The pipeline ends when every query has: the crash matrix runs every sink's row of a
+kill point in one Spark start (sinks/faults.py's rendezvous).
 
 `--changes`: the topic holds JSON change events `{"id", "seq", "op", "v"}` and the table sinks
 get those four columns (for delta-eos's upsert mode: its options come as --sink-option
@@ -14,7 +19,7 @@ mergeKeys=id ...), instead of one row per record with its source position.
 `--pg-table` writes to PostgreSQL at the libpq URL in the environment variable EOS_PG_URL (an
 environment variable, not an argument: it holds a password, and argv is public). For the same
 reason the `kafka.*` security options of a secured cluster (source and Kafka sink) come as a
-JSON object in EOS_KAFKA_OPTIONS.
+JSON object in EOS_KAFKA_OPTIONS (or the variable `--kafka-options-env` names, per query).
 
 Fault points come from KAFKA_EOS_FAULTS (sinks/faults.py); this script names its own process
 group in KAFKA_EOS_KILL_PGID so that a fault inside a Python worker kills the whole pipeline.
@@ -23,8 +28,9 @@ group in KAFKA_EOS_KILL_PGID so that a fault inside a Python worker kills the wh
 import argparse
 import json
 import os
+import sys
 
-from sinks.faults import ENV, PGID_ENV
+from sinks.faults import ENV, PGID_ENV, RENDEZVOUS_ENV
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bootstrap", required=True)
@@ -35,6 +41,8 @@ sink.add_argument("--table", help="delta-eos: the table's path")
 sink.add_argument("--out-topic", help="kafka-eos: the output topic")
 sink.add_argument("--pg-table", help="postgres-eos: the table (URL from $EOS_PG_URL)")
 ap.add_argument("--mode", choices=["drain", "continuous"], default="drain")
+ap.add_argument("--trigger-ms", type=int, default=300,
+                help="continuous mode's processing-time trigger interval")
 ap.add_argument("--master", default="local[2,4]")  # 4 task attempts: a failed task is retried
 ap.add_argument("--max-per-trigger", default="50")
 ap.add_argument("--poll-timeout-ms", default="20000")
@@ -42,6 +50,8 @@ ap.add_argument("--guarantee", default="exactly-once")
 ap.add_argument("--commit-timeout", default="60s",
                 help="the sink's commitTimeout; empty: the sink's own default")
 ap.add_argument("--transactional-id-prefix", default=None)
+ap.add_argument("--kafka-options-env", default="EOS_KAFKA_OPTIONS",
+                help="the environment variable holding this query's kafka.* options as JSON")
 ap.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                 help="an extra option of the sink (repeatable)")
 ap.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
@@ -51,15 +61,31 @@ ap.add_argument("--changes", action="store_true",
                 help="rows are the JSON change events {id, seq, op, v} of the topic's values")
 ap.add_argument("--no-daemon", action="store_true",
                 help="spark.python.use.daemon=false: workers start as `python -m ...`")
-args = ap.parse_args()
+
+
+def split_queries(argv: list[str]) -> list[list[str]]:
+    """The command line's queries: the arguments before the first `--also`, then each
+    `--also`'s."""
+    queries: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == "--also":
+            queries.append([])
+        else:
+            queries[-1].append(arg)
+    return queries
+
+
+queries = [ap.parse_args(q) for q in split_queries(sys.argv[1:])]
+args = queries[0]
 
 os.environ[PGID_ENV] = str(os.getpgrp())
 conf = {
     "spark.task.maxFailures": "4",
     f"spark.executorEnv.{PGID_ENV}": os.environ[PGID_ENV],
 }
-if os.environ.get(ENV):
-    conf[f"spark.executorEnv.{ENV}"] = os.environ[ENV]
+for name in (ENV, RENDEZVOUS_ENV):
+    if os.environ.get(name):
+        conf[f"spark.executorEnv.{name}"] = os.environ[name]
 if args.no_daemon:
     conf["spark.python.use.daemon"] = "false"
 from integration_tests.support.processes import WORKERS_LINE  # noqa: E402
@@ -69,59 +95,68 @@ print(WORKERS_LINE.format("no-daemon" if args.no_daemon else "daemon"), end="", 
 from connectors.local.spark import local_spark  # noqa: E402  (after the environment is set)
 
 spark = local_spark("eos-pipeline", master=args.master, conf=conf)
-kafka_options = json.loads(os.environ.get("EOS_KAFKA_OPTIONS", "{}"))
-events = (
-    spark.readStream.format("kafka-eos")
-    .options(**kafka_options)
-    .option("kafka.bootstrap.servers", args.bootstrap)
-    .option("subscribe", args.topic)
-    .option("startingOffsets", "earliest")
-    .option("maxOffsetsPerTrigger", args.max_per_trigger)
-    .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
-    .options(**dict(item.partition("=")[::2] for item in args.source_option))
-    .load()
-)
-# The table sinks get one row per record, with its source position for the oracles; or, with
-# --changes, the change event each record's value holds.
-if args.changes:
-    rows = events.selectExpr(
-        "from_json(CAST(value AS STRING), 'id BIGINT, seq BIGINT, op STRING, v STRING') AS c"
-    ).selectExpr("c.id AS id", "c.seq AS seq", "c.op AS op", "c.v AS v")
-else:
-    rows = events.selectExpr(
-        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
-        "partition", "offset", "timestamp",
-    )
-if args.pg_table:
-    writer = (
-        rows.writeStream.format("postgres-eos")
-        .option("url", os.environ["EOS_PG_URL"])
-        .option("table", args.pg_table)
-    )
-elif args.table:
-    writer = rows.writeStream.format("delta-eos").option("path", args.table)
-else:
-    writer = (
-        events.select("key", "value")
-        .writeStream.format("kafka-eos")
+
+
+def start(args: argparse.Namespace):
+    """Start one query of the command line; the query."""
+    kafka_options = json.loads(os.environ.get(args.kafka_options_env, "{}"))
+    events = (
+        spark.readStream.format("kafka-eos")
         .options(**kafka_options)
         .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("topic", args.out_topic)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.max_per_trigger)
+        .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
+        .options(**dict(item.partition("=")[::2] for item in args.source_option))
+        .load()
     )
-    if args.transactional_id_prefix:
-        writer = writer.option("transactionalIdPrefix", args.transactional_id_prefix)
-writer = (
-    writer.option("checkpointLocation", args.checkpoint)
-    .option("deliveryGuarantee", args.guarantee)
-)
-if args.commit_timeout:
-    writer = writer.option("commitTimeout", args.commit_timeout)
-for item in args.sink_option:
-    key, _, value = item.partition("=")
-    writer = writer.option(key, value)
-if args.mode == "drain":
-    query = writer.trigger(availableNow=True).start()
-else:
-    query = writer.trigger(processingTime="300 milliseconds").start()
-query.awaitTermination()
+    # The table sinks get one row per record, with its source position for the oracles; or, with
+    # --changes, the change event each record's value holds.
+    if args.changes:
+        rows = events.selectExpr(
+            "from_json(CAST(value AS STRING), 'id BIGINT, seq BIGINT, op STRING, v STRING') AS c"
+        ).selectExpr("c.id AS id", "c.seq AS seq", "c.op AS op", "c.v AS v")
+    else:
+        rows = events.selectExpr(
+            "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+            "partition", "offset", "timestamp",
+        )
+    if args.pg_table:
+        writer = (
+            rows.writeStream.format("postgres-eos")
+            .option("url", os.environ["EOS_PG_URL"])
+            .option("table", args.pg_table)
+        )
+    elif args.table:
+        writer = rows.writeStream.format("delta-eos").option("path", args.table)
+    else:
+        writer = (
+            events.select("key", "value")
+            .writeStream.format("kafka-eos")
+            .options(**kafka_options)
+            .option("kafka.bootstrap.servers", args.bootstrap)
+            .option("topic", args.out_topic)
+        )
+        if args.transactional_id_prefix:
+            writer = writer.option("transactionalIdPrefix", args.transactional_id_prefix)
+    writer = (
+        writer.option("checkpointLocation", args.checkpoint)
+        .option("deliveryGuarantee", args.guarantee)
+    )
+    if args.commit_timeout:
+        writer = writer.option("commitTimeout", args.commit_timeout)
+    for item in args.sink_option:
+        key, _, value = item.partition("=")
+        writer = writer.option(key, value)
+    if args.mode == "drain":
+        query = writer.trigger(availableNow=True).start()
+    else:
+        query = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds").start()
+    return query
+
+
+running = [start(q) for q in queries]
+for query in running:
+    query.awaitTermination()
 spark.stop()
