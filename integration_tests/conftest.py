@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+from pathlib import Path
 
 import pytest
 
 from connectors.core.logs import LEVEL_ENV
+from connectors.local.apache_kafka import KAFKA_CDS_ENV
 from connectors.local.broker import Broker
 from connectors.local.spark import SPARK_CDS_ENV, local_spark
 from integration_tests.support.brokers import kafka_broker
-from integration_tests.support.class_sharing import ensure_archive
+from integration_tests.support.class_sharing import (
+    dump_kafka_archives,
+    ensure_archive,
+    kafka_archive_dir,
+)
 from sources.batch_metrics import SOURCE_METRICS_ENV
 from sources.consumer_pool import STATS_ENV
 
@@ -35,6 +42,15 @@ os.environ.setdefault(LEVEL_ENV, "INFO")
 # slower.
 if SPARK_CDS_ENV not in os.environ:
     os.environ[SPARK_CDS_ENV] = str(ensure_archive() or "")
+
+# Likewise every Kafka node and storage format of the run maps an archive of its classes once
+# one is dumped (connectors/local/apache_kafka.py: KAFKA_CDS_ENV), which a thread of the first
+# test process does beside the first tests (about 25 s, once per machine); JVMs started before
+# it is done load their classes from the jars.
+if KAFKA_CDS_ENV not in os.environ:
+    os.environ[KAFKA_CDS_ENV] = str(kafka_archive_dir())
+    threading.Thread(target=dump_kafka_archives, args=(Path(os.environ[KAFKA_CDS_ENV]),),
+                     name="kafka-cds-dump", daemon=True).start()
 
 
 #: The longest modules (minutes each: sequences of killed and restarted Spark processes) are

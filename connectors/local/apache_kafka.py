@@ -320,12 +320,34 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+#: A folder of class-data-sharing archives of Kafka's JVMs, `<version>-<main class>.jsa`,
+#: named by the test suite (integration_tests/support/class_sharing.py), which starts Kafka
+#: nodes a hundred times: a node maps the archive instead of loading its classes from the jars
+#: (measured: 4.6 -> 3.2 s of CPU to ready, the storage format 1.7 -> 1.1 s). Unset, or without
+#: the archive, a JVM loads its classes as usual; one whose JVM or jars differ from the
+#: archive's ignores it (-Xshare:auto).
+KAFKA_CDS_ENV = "KAFKA_EOS_KAFKA_CDS"
+
+
+def class_sharing_archive(generation: Generation, main: str) -> Path | None:
+    """The archive for `main` of `generation` in the folder KAFKA_CDS_ENV names, if dumped."""
+    folder = os.environ.get(KAFKA_CDS_ENV)
+    if not folder:
+        return None
+    archive = Path(folder) / f"{generation.version}-{main}.jsa"
+    return archive if archive.is_file() else None
+
+
 def java_command(generation: Generation, workdir: Path, main: str, *args: str,
                  heap: tuple[str, str] = ("256m", "768m"),
                  jvm_options: tuple[str, ...] = ()) -> list[str]:
     """The JVM command running `main` of `generation`'s jars, logging as the log4j files in
     `workdir` say (log4j2 from 4.x, log4j 1 before)."""
     lib = kafka_jars(generation)
+    archive = class_sharing_archive(generation, main)
+    if archive is not None and not any("ArchiveClassesAtExit" in o for o in jvm_options):
+        jvm_options = (f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", "-Xlog:cds=off",
+                       "-Xlog:cds+dynamic=off", *jvm_options)
     if generation.major >= 4:
         logging_opt = f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}"
     else:

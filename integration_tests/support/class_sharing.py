@@ -20,8 +20,10 @@ import fcntl
 import hashlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -147,10 +149,65 @@ def _dump(path: str) -> None:
             time.sleep(0.2)
         query.stop()
     spark.stop()
-    import shutil
-
     for source in ("cds-dump", "rate"):
         shutil.rmtree(f"{path}.ckpt-{source}", ignore_errors=True)
+
+
+# -- Apache Kafka's JVMs -----------------------------------------------------------------------
+
+#: The two JVMs the suite starts most: a node, and the storage format before each fresh one.
+KAFKA_MAINS = ("kafka.Kafka", "kafka.tools.StorageTool")
+
+
+def kafka_archive_dir() -> Path:
+    """Where the Kafka archives of this machine's JVM live (connectors/local/apache_kafka.py's
+    KAFKA_CDS_ENV names it): one folder per `java -version`."""
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60)
+    key = hashlib.sha256(java.stderr.encode()).hexdigest()[:16]
+    return cache_dir() / "kafka-cds" / key
+
+
+def dump_kafka_archives(folder: Path) -> None:
+    """Dump, once per machine and generation, the archives of a node and of the storage format
+    (a node formatted, started until it serves, and stopped with SIGTERM: the JVM writes the
+    classes it loaded as it exits). Under a lock that a second process does not wait for: it
+    goes on without the archives, which the JVMs started after the dump then map. A failure
+    only costs the speed-up."""
+    from connectors.local.apache_kafka import GENERATION_3, LATEST, ApacheKafka, kafka_jars
+    from connectors.local.broker import free_port
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".dump.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        for generation in (LATEST, GENERATION_3):
+            final = {main: folder / f"{generation.version}-{main}.jsa" for main in KAFKA_MAINS}
+            if all(p.is_file() for p in final.values()):
+                continue
+            started = time.monotonic()
+            work = Path(tempfile.mkdtemp(prefix=".dump-", dir=folder))
+            try:
+                kafka_jars(generation)
+                partial = {main: work / f"{main}.jsa" for main in KAFKA_MAINS}
+                ports = {"PLAINTEXT": free_port(), "CONTROLLER": free_port()}
+                node = ApacheKafka(generation, work, ports, None, {}, jvm_options=(
+                    f"-XX:ArchiveClassesAtExit={partial['kafka.tools.StorageTool']}",))
+                node.format()
+                node.jvm_options = (f"-XX:ArchiveClassesAtExit={partial['kafka.Kafka']}",)
+                node.start()
+                node.stop()
+                for main, path in partial.items():
+                    if path.is_file():
+                        path.rename(final[main])
+                log.info("dumped Apache Kafka %s's class-sharing archives in %.0f s",
+                         generation.version, time.monotonic() - started)
+            except Exception as e:  # noqa: BLE001 - only slower without
+                log.warning("no class-sharing archive for Apache Kafka %s: %s",
+                            generation.version, e)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
