@@ -148,13 +148,18 @@ class SuiteProfile:
             m, self.module = self.module, None
         if m is None:
             return
-        children = sum(cpu - m.start_cpu.get(key, cpu) for key, cpu in self.cpu.items()
-                       if key in m.start_cpu)
+        by_kind: dict[str, float] = {}
+        for key, cpu in self.cpu.items():
+            if key in m.start_cpu:
+                kind = self.kinds.get(key, "other")
+                by_kind[kind] = by_kind.get(kind, 0.0) + cpu - m.start_cpu[key]
+        children = sum(by_kind.values())
         record = {
             "module": m.name, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
             "wall_s": round(time.monotonic() - m.start_wall, 1),
             "cpu_s": round(children + t.user + t.system - m.own_cpu, 1),
             "started": m.started, "held_s": round(m.held, 1), "polled_s": round(m.polled, 1),
+            "cpu_by_kind": {k: round(v, 1) for k, v in by_kind.items() if v >= 0.05},
         }
         with open(self.out_path, "a") as f:
             f.write(json.dumps(record) + "\n")
