@@ -62,7 +62,7 @@ class _Module:
     start_wall: float
     start_cpu: dict[tuple[int, int], float]
     own_cpu: float
-    started: dict[str, int] = field(default_factory=dict)
+    new: set[tuple[int, int]] = field(default_factory=set)
     held: float = 0.0
     polled: float = 0.0
 
@@ -119,11 +119,11 @@ class SuiteProfile:
         seen = self._descendants()
         with self.lock:
             for key, cpu in seen.items():
-                if key not in self.kinds:
-                    kind = _kind(key[0])
-                    self.kinds[key] = kind
-                    if self.module is not None:
-                        self.module.started[kind] = self.module.started.get(kind, 0) + 1
+                # a launcher script exec's its JVM under the same pid: look again until it has
+                if self.kinds.get(key, "other") == "other":
+                    self.kinds[key] = _kind(key[0])
+                    if key not in self.cpu and self.module is not None:
+                        self.module.new.add(key)
                         self.module.start_cpu.setdefault(key, 0.0)
                 self.cpu[key] = cpu
 
@@ -154,11 +154,15 @@ class SuiteProfile:
                 kind = self.kinds.get(key, "other")
                 by_kind[kind] = by_kind.get(kind, 0.0) + cpu - m.start_cpu[key]
         children = sum(by_kind.values())
+        started: dict[str, int] = {}
+        for key in m.new:
+            kind = self.kinds.get(key, "other")
+            started[kind] = started.get(kind, 0) + 1
         record = {
             "module": m.name, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
             "wall_s": round(time.monotonic() - m.start_wall, 1),
             "cpu_s": round(children + t.user + t.system - m.own_cpu, 1),
-            "started": m.started, "held_s": round(m.held, 1), "polled_s": round(m.polled, 1),
+            "started": started, "held_s": round(m.held, 1), "polled_s": round(m.polled, 1),
             "cpu_by_kind": {k: round(v, 1) for k, v in by_kind.items() if v >= 0.05},
         }
         with open(self.out_path, "a") as f:
