@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.core.kafka_client import RetryPolicy, is_transient
@@ -140,6 +139,10 @@ class _Columns:
     def to_batch_of(self, topics: pa.Array, partitions: pa.Array) -> pa.RecordBatch:
         """The batch, with its topic and partition columns given (records of several
         partitions: sources/packed_reader.py)."""
+        # Imported here, by the tasks that read: pyarrow.compute costs every Python worker
+        # that imports the source (look-up, planning, commit) some 50 ms otherwise.
+        import pyarrow.compute as pc
+
         arrays = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),

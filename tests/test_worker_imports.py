@@ -13,8 +13,10 @@ import sys
 import pytest
 
 #: Imported only where used: kafka-python by the Kafka sink's driver commit, psycopg by the
-#: postgres-eos sink, deltalake by the delta-eos sink's tasks and commit.
-DRIVER_ONLY = ("kafka", "psycopg", "deltalake")
+#: postgres-eos sink, deltalake by the delta-eos sink's tasks and commit, urllib.request (with
+#: http.client and email, about 0.1 s a process) by an OAUTHBEARER token fetch, pyarrow.compute
+#: (some 50 ms) by the source's tasks that read.
+DRIVER_ONLY = ("kafka", "psycopg", "deltalake", "urllib.request", "pyarrow.compute")
 
 
 def _modules_after(statement: str) -> set[str]:

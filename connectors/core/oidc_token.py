@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 
 from connectors.core.options import OptionError
@@ -52,6 +49,11 @@ class OidcTokenProvider:
         return dict(self._extensions)
 
     def _fetch(self) -> tuple[str, float]:
+        # Imported here: urllib.request pulls in http.client and email (about 0.1 s), which
+        # every Python worker that imports the Kafka source would pay for a rarely used option.
+        import urllib.parse
+        import urllib.request
+
         form = {"grant_type": "client_credentials"}
         if self._scope:
             form["scope"] = self._scope
@@ -92,6 +94,8 @@ class OidcTokenProvider:
 
     def _error_of(self, e: Exception) -> str:
         """The OAuth error of a refused request (RFC 6749 5.2: error, error_description)."""
+        import urllib.error
+
         if not isinstance(e, urllib.error.HTTPError):
             return ""
         try:
