@@ -310,12 +310,14 @@ def test_a_row_that_does_not_fit_fails_the_batch_and_nothing_is_visible(
     assert "field 'value.color'" in error, error
     assert f"partition 1 offset {bad}" in error, error
     assert committed(bootstrap, out) == []
-    # An empty committed read alone would pass if nothing had been written at all: the other
-    # partition's rows went out in its transaction, which was aborted, and nothing is open.
+    # Beyond an empty committed read: no transaction of the failed batch is left open (a task
+    # that Spark cancelled when the other failed must not leave its transaction to the
+    # timeout), and what went out was aborted. Whether the healthy task wrote before Spark
+    # cancelled it is a race (avro: it did in the runs here; protobuf and JSON Schema: not),
+    # so the aborted count is printed, not asserted.
     parts = [read_partition(bootstrap, out, p) for p in range(2)]
-    healthy = sum(1 for r in records if r.partition == 0)
-    assert sum(len(p.aborted) for p in parts) >= healthy, [len(p.aborted) for p in parts]
-    assert [p.open for p in parts] == [[], []]
+    assert [p.open for p in parts] == [[], []], "a transaction of the failed batch is open"
+    print(f"\n{fmt}: aborted records per output partition {[len(p.aborted) for p in parts]}")
 
 
 @pytest.mark.parametrize("fmt", ["avro", "json-schema"])

@@ -480,5 +480,5 @@ class PostgresLane(Lane):
     def verify(self, log: str) -> None:
         self.check_recovered(TASK_FAIL_BATCH)
         verify_postgres(self.postgres, self.checkpoint, self.log_path, self.expected, self.table)
-        mine = "\n".join(lines_of(log, f"{self.table}]"))
+        mine = "\n".join(lines_of(log, self.table))
         assert LOST in mine, "the rolled-back transaction was not detected"

@@ -69,7 +69,8 @@ def test_every_sink_killed_at_every_protocol_point_then_restarted(broker, broker
         meeting = tmp_path / f"rendezvous-{batch}"
         meeting.mkdir()
         spec = ",".join(f"{lane.name}:{lane.point(batch)}@{batch}" for lane in lanes)
-        proc = start_pipeline(PIPELINE, *args, *workers_args(batch, NO_DAEMON_RUNS),
+        # the application's options (--no-daemon) before the first query's
+        proc = start_pipeline(PIPELINE, *workers_args(batch, NO_DAEMON_RUNS), *args,
                               log_path=log, env={**env, ENV: spec,
                                                  RENDEZVOUS_ENV: f"{meeting}:{len(lanes)}"})
         rc = wait_exit(proc, log)
@@ -81,7 +82,7 @@ def test_every_sink_killed_at_every_protocol_point_then_restarted(broker, broker
 
     # The last run recovers the last row and runs to the end; a task of its first new batch
     # fails once in every lane, and Spark's retry (attempt 1) writes the partition.
-    run_pipeline(PIPELINE, *args, *workers_args(len(POINTS), NO_DAEMON_RUNS), log_path=log,
+    run_pipeline(PIPELINE, *workers_args(len(POINTS), NO_DAEMON_RUNS), *args, log_path=log,
                  env={**env, ENV: f"task_fail@{TASK_FAIL_BATCH}/0"})
     text = log_tail(log, 10**9)
     assert "fault rendezvous timed out" not in text

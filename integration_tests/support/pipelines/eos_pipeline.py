@@ -77,6 +77,10 @@ def split_queries(argv: list[str]) -> list[list[str]]:
 
 queries = [ap.parse_args(q) for q in split_queries(sys.argv[1:])]
 args = queries[0]
+for later in queries[1:]:
+    if later.no_daemon or later.master != ap.get_default("master"):
+        ap.error("--master and --no-daemon are the application's: give them before the first "
+                 "--also")
 
 os.environ[PGID_ENV] = str(os.getpgrp())
 conf = {
