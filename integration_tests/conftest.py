@@ -58,21 +58,19 @@ if KAFKA_CDS_ENV not in os.environ:
 #: `--dist loadfile --no-loadscope-reorder`: xdist's own reordering, by number of tests per
 #: module, would hand the one-test crash matrices out last) end together instead of one running
 #: a long module alone at the end. By module basename, whichever sub-package holds it (basenames
-#: are unique: tests/test_architecture.py checks). From the suite's junit durations on 2 cores,
-#: 2026-11-26; the cluster lanes (3-node clusters, broker restarts, network cuts) from their own
-#: runs, and the Schema Registry, many-topics and deep-backlog modules from the suite's
-#: durations (about 170, 90, 20, 45 and 30 s), 2026-11-27.
+#: are unique: tests/test_architecture.py checks). From the suite's profile on 2 cores
+#: (docs/testing.md), 2026-11-28: the two workers' sums came within 5 s of each other.
 LONGEST_FIRST = (
-    "test_crash_matrix", "test_cluster_faults", "test_kafka_crash_matrix", "test_network_partitions",
-    "test_schema_registry_source", "test_postgres_crash_matrix", "test_delta_crash_matrix",
-    "test_chained_kafka", "test_operations",
-    "test_secured_clusters", "test_schema_registry_sink", "test_demo", "test_benchmarks_smoke",
-    "test_streaming", "test_peers_interop", "test_delta_s3", "test_kafka_sink_reset",
-    "test_delta_operations", "test_delta_sink", "test_first_pipeline", "test_postgres_sink",
-    "test_demo_secured", "test_kafka_sink_commit", "test_many_topics", "test_kill_restart",
-    "test_secured_refusals", "test_quiet_stop", "test_deep_backlog", "test_spark_connect",
-    "test_batch_write", "test_storage_faults", "test_schema_registry_server", "test_kafka_cluster",
-    "test_netns",
+    "test_crash_matrix", "test_cluster_faults", "test_network_partitions", "test_demo",
+    "test_benchmarks_smoke", "test_operations", "test_chained_kafka", "test_storage_faults",
+    "test_secured_clusters", "test_peers_interop", "test_delta_operations",
+    "test_kafka_crash_matrix", "test_schema_registry_source", "test_delta_s3", "test_streaming",
+    "test_schema_registry_sink", "test_postgres_crash_matrix", "test_kafka_sink_reset",
+    "test_kafka_sink_commit", "test_delta_sink", "test_postgres_sink", "test_delta_crash_matrix",
+    "test_demo_secured", "test_secured_refusals", "test_first_pipeline", "test_batch_write",
+    "test_spark_connect", "test_netns", "test_many_partitions", "test_kill_restart",
+    "test_quiet_stop", "test_deep_backlog", "test_many_topics", "test_schema_registry_server",
+    "test_kafka_cluster",
 )
 
 
