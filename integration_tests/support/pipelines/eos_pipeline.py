@@ -59,6 +59,8 @@ ap.add_argument("--source-option", action="append", default=[], metavar="KEY=VAL
                      "targetTasksPerBatch=2 for packed tasks")
 ap.add_argument("--changes", action="store_true",
                 help="rows are the JSON change events {id, seq, op, v} of the topic's values")
+ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                help="a setting of the Spark application (repeatable)")
 ap.add_argument("--no-daemon", action="store_true",
                 help="spark.python.use.daemon=false: workers start as `python -m ...`")
 
@@ -78,9 +80,9 @@ def split_queries(argv: list[str]) -> list[list[str]]:
 queries = [ap.parse_args(q) for q in split_queries(sys.argv[1:])]
 args = queries[0]
 for later in queries[1:]:
-    if later.no_daemon or later.master != ap.get_default("master"):
-        ap.error("--master and --no-daemon are the application's: give them before the first "
-                 "--also")
+    if later.no_daemon or later.spark_conf or later.master != ap.get_default("master"):
+        ap.error("--master, --spark-conf and --no-daemon are the application's: give them "
+                 "before the first --also")
 
 os.environ[PGID_ENV] = str(os.getpgrp())
 conf = {
@@ -92,6 +94,7 @@ for name in (ENV, RENDEZVOUS_ENV):
         conf[f"spark.executorEnv.{name}"] = os.environ[name]
 if args.no_daemon:
     conf["spark.python.use.daemon"] = "false"
+conf.update(item.partition("=")[::2] for item in args.spark_conf)
 from integration_tests.support.processes import WORKERS_LINE  # noqa: E402
 
 print(WORKERS_LINE.format("no-daemon" if args.no_daemon else "daemon"), end="", flush=True)
