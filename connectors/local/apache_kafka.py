@@ -521,7 +521,14 @@ def apache_kafka(
         for attempt in range(3):
             # Free ports are picked before the JVM binds them: another process may take one
             # in between (a busy test machine). Then the node is formatted afresh on new ones.
-            ports = {name: free_port() for name in (*served_listeners(pki), "CONTROLLER")}
+            # Distinct ports: two free_port() calls can return the same port (each binds
+            # port 0 and lets it go), and Kafka refuses two listeners on one port.
+            ports: dict[str, int] = {}
+            for name in (*served_listeners(pki), "CONTROLLER"):
+                port = free_port()
+                while port in ports.values():
+                    port = free_port()
+                ports[name] = port
             if plaintext_port:
                 ports["PLAINTEXT"] = plaintext_port
             shutil.rmtree(workdir / "data", ignore_errors=True)
