@@ -12,7 +12,6 @@ import os
 import pickle
 import random
 import time
-from collections.abc import Iterable
 
 import pyarrow as pa
 import pytest
@@ -22,6 +21,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from connectors.inspection import describe_handle
 from connectors.core.options import OptionError
 from integration_tests.support.task_context import task  # noqa: F401  (a fixture)
+from integration_tests.support import crash_matrix
 from sinks.delta import DeltaEosDataSource
 from sinks.delta.upsert import NullKeyOrSequence
 
@@ -32,15 +32,10 @@ ARROW_SCHEMA = pa.schema([("id", pa.int64()), ("seq", pa.int64()), ("op", pa.str
 Change = tuple[int, int, str, str | None]  # (id, seq, op, v); op 'd' is a delete
 
 
-def fold(changes: Iterable[Change]) -> dict[int, tuple[int, str | None]]:
-    """The table the changes should leave: per id, the change with the highest seq (a delete
-    winning a tie) decides; a delete leaves no row."""
-    best: dict[int, Change] = {}
-    for c in changes:
-        old = best.get(c[0])
-        if old is None or (c[1], c[2] == "d") > (old[1], old[2] == "d"):
-            best[c[0]] = c
-    return {i: (s, v) for i, (_, s, op, v) in best.items() if op != "d"}
+#: The table the changes should leave: per id, the change with the highest seq (a delete
+#: winning a tie) decides; a delete leaves no row. The crash matrix judges upsert mode by the
+#: same fold, computed independently of the sink.
+fold = crash_matrix.fold
 
 
 class Query:
