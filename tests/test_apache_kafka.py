@@ -109,3 +109,14 @@ def test_the_brokers_are_context_managers():
     """What the suite's fixtures enter with `with`."""
     assert hasattr(ak.apache_kafka(ak.LATEST), "__enter__")
     assert hasattr(apache_kafka_broker(ak.LATEST), "__enter__")
+
+
+def test_listeners_get_distinct_ports_when_free_port_repeats_itself():
+    """The quick lane's first run: two free_port() calls gave SASL_PLAINTEXT and CONTROLLER the
+    same port, and Kafka's storage format refused the node."""
+    from connectors.local.apache_kafka import distinct_free_ports
+
+    answers = iter([41425, 41425, 38215, 38215, 40001])
+    ports = distinct_free_ports(["SASL_PLAINTEXT", "CONTROLLER", "SSL"],
+                                pick=lambda: next(answers))
+    assert ports == {"SASL_PLAINTEXT": 41425, "CONTROLLER": 38215, "SSL": 40001}

@@ -502,6 +502,18 @@ def finalized_feature(bootstrap: str, name: str, timeout_s: float = 10.0) -> int
     return int(features.get(name, {}).get("finalized", (0, 0))[1])
 
 
+def distinct_free_ports(names, pick=free_port) -> dict[str, int]:
+    """A free port per name, no two alike: two `free_port()` calls can return the same port
+    (each binds port 0 and lets it go), and Kafka refuses two listeners on one port."""
+    ports: dict[str, int] = {}
+    for name in names:
+        port = pick()
+        while port in ports.values():
+            port = pick()
+        ports[name] = port
+    return ports
+
+
 @contextlib.contextmanager
 def apache_kafka(
     generation: Generation = LATEST, *, overrides: dict[str, str] | None = None,
@@ -521,14 +533,7 @@ def apache_kafka(
         for attempt in range(3):
             # Free ports are picked before the JVM binds them: another process may take one
             # in between (a busy test machine). Then the node is formatted afresh on new ones.
-            # Distinct ports: two free_port() calls can return the same port (each binds
-            # port 0 and lets it go), and Kafka refuses two listeners on one port.
-            ports: dict[str, int] = {}
-            for name in (*served_listeners(pki), "CONTROLLER"):
-                port = free_port()
-                while port in ports.values():
-                    port = free_port()
-                ports[name] = port
+            ports = distinct_free_ports((*served_listeners(pki), "CONTROLLER"))
             if plaintext_port:
                 ports["PLAINTEXT"] = plaintext_port
             shutil.rmtree(workdir / "data", ignore_errors=True)
