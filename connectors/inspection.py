@@ -17,7 +17,7 @@ from typing import Any
 
 # Each sink's kind module registers its kind (sinks/kinds.py) when imported.
 import sinks.delta.kind  # noqa: F401
-import sinks.kafka_kind  # noqa: F401
+import sinks.kafka.kind  # noqa: F401
 import sinks.postgres.kind  # noqa: F401
 from connectors.core.redaction import redact
 from connectors.spark_checkpoint import OffsetEntry, SparkCheckpoint, idle_seconds

@@ -1,4 +1,5 @@
-"""Exactly-once sinks for Spark Structured Streaming, on one two-phase-commit template.
+"""Exactly-once sinks for Spark Structured Streaming, on one two-phase-commit template: this
+folder's root holds the template and its log only.
 
     two_phase_commit.py  TwoPhaseCommitSink: the commit protocol, once (Flink's
                          TwoPhaseCommitSinkFunction for Spark); subclass it for your own store
@@ -9,10 +10,12 @@
     kinds.py             the sink kinds: how inspect and resolve describe and settle each
                          sink's handles (every handle records its kind)
     data_source.py       TwoPhaseCommitDataSource: a sink's format, from options to a writer
+
+The template's modules are the only ones at this folder's root; each sink is a package of the
+same shape (data_source, options, ids, handles, kind, errors, sink; tests/test_sink_packages.py):
+
     delta/               delta-eos: Parquet files, then one Delta commit per batch (delta-rs)
-    kafka.py, kafka_commit.py, kafka_data_source.py, kafka_ids.py, kafka_handles.py,
-    kafka_kind.py
-                         kafka-eos: Kafka transactions prepared by tasks, ended by the driver
+    kafka/               kafka-eos: Kafka transactions prepared by tasks, ended by the driver
     postgres/            postgres-eos: PREPARE TRANSACTION / COMMIT PREPARED
 
 `from sinks import TwoPhaseCommitSink` (and TaskInfo, SinkSettings, TransactionLost) is the

@@ -24,7 +24,7 @@ import pytest
 from connectors.cli import build_parser
 from connectors.core.kafka_java_options import REFUSED_JAVA_OPTIONS
 from connectors.core.options import ALWAYS_ACCEPTED_OPTIONS
-from sinks import kafka as kafka_sink
+from sinks.kafka import options as kafka_sink
 from sinks.postgres import options as postgres_options
 from sinks.delta import options as delta_options
 from sinks.two_phase_commit import (

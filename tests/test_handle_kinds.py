@@ -26,8 +26,8 @@ from connectors.resolution import ResolveError, StoreOptions, build_sink, resolv
 from connectors.spark_checkpoint import SparkCheckpoint
 from integration_tests.support.task_context import task  # noqa: F401  (a fixture)
 from sinks.delta.handles import append_handle, upsert_handle
-from sinks.kafka_handles import kafka_handle
-from sinks.kafka_ids import transactional_id
+from sinks.kafka.handles import kafka_handle
+from sinks.kafka.ids import transactional_id
 from sinks.kinds import KIND_KEY, UNKNOWN, kind_of, registered
 from sinks.postgres.gids import make_gid
 from sinks.postgres.handles import postgres_handle
@@ -123,8 +123,8 @@ def test_todays_handles_are_the_captured_ones_plus_their_kind(name):
 def test_each_kind_is_its_sinks_format_name():
     from sinks.delta.data_source import DeltaEosDataSource
     from sinks.delta.handles import KIND as DELTA
-    from sinks.kafka_data_source import KafkaSinkDataSource
-    from sinks.kafka_handles import KIND as KAFKA
+    from sinks.kafka.data_source import KafkaSinkDataSource
+    from sinks.kafka.handles import KIND as KAFKA
     from sinks.postgres.data_source import PostgresEosDataSource
     from sinks.postgres.handles import KIND as POSTGRES
 

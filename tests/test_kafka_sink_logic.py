@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from sinks import kafka_commit as kafka_txn
-from sinks.kafka_commit import (
+from sinks.kafka import commit_client as kafka_txn
+from sinks.kafka.commit_client import (
     ABORTED,
     COMMITTED,
     OPEN,
@@ -32,13 +32,16 @@ from sinks.kafka_commit import (
 )
 from connectors.core.kafka_client import KafkaRetriesExhausted, RetryPolicy
 from connectors.core.options import OptionError, Options
-from sinks import kafka as ksink
-from sinks.kafka_data_source import KafkaSinkDataSource
+from sinks.kafka import errors as kerrors
+from sinks.kafka import producer as kproducer
+from sinks.kafka import sink as ksink
+from sinks.kafka.data_source import KafkaSinkDataSource
 from sinks.kafka import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     KafkaSink,
     KafkaSinkOptions,
     choose_transaction_timeout,
+    commit_budget,
     lower_transaction_timeout,
     timeout_warning,
     transactional_id,
@@ -229,10 +232,10 @@ def test_an_authorization_failure_names_the_acl(tmp_path, coordinator):
 def test_the_commit_budget_follows_the_retry_timeout_unless_set(tmp_path):
     opts = Options({"kafkaRetryTimeout": "7m"})
     settings = SinkSettings.from_options("kafka-eos", Options({"deliveryGuarantee": "none"}))
-    budget = ksink.commit_budget(settings, opts, RetryPolicy.from_options(opts))
+    budget = commit_budget(settings, opts, RetryPolicy.from_options(opts))
     assert budget.commit_timeout_ms == 420_000 and budget.commit_attempts > 1000
     opts = Options({"kafkaRetryTimeout": "7m", "commitTimeout": "30s", "commitRetries": "2"})
-    assert ksink.commit_budget(settings, opts, RetryPolicy.from_options(opts)) == settings
+    assert commit_budget(settings, opts, RetryPolicy.from_options(opts)) == settings
 
 
 def test_definite_errors_fail_the_commit_at_once_not_after_commit_timeout(tmp_path, coordinator):
@@ -323,9 +326,9 @@ class _FakeProducer:
 @pytest.fixture
 def fake_producer(monkeypatch):
     _FakeProducer.created = []
-    monkeypatch.setattr(ksink, "Producer", _FakeProducer)
-    monkeypatch.setattr(ksink, "broker_max_transaction_timeout_ms", lambda conf, timeout_s: None)
-    monkeypatch.setattr(ksink, "_TIMEOUTS", {})
+    monkeypatch.setattr(kproducer, "Producer", _FakeProducer)
+    monkeypatch.setattr(kproducer, "broker_max_transaction_timeout_ms", lambda conf, timeout_s: None)
+    monkeypatch.setattr(kproducer, "_TIMEOUTS", {})
     return _FakeProducer
 
 
@@ -338,7 +341,7 @@ def test_tasks_use_15_minutes_lowered_when_the_broker_refuses(tmp_path, fake_pro
     assert txn.transactional_id == f"{sink.options.prefix}-1-0"
 
     fake_producer.max_ms = 300_000
-    ksink._TIMEOUTS.clear()
+    kproducer._TIMEOUTS.clear()
     txn = sink.beginTransaction(TaskInfo(3, 1, 0))
     assert txn.timeout_ms == 225_000  # 900000 -> 450000 -> 225000
     sink.beginTransaction(TaskInfo(4, 1, 0))
@@ -464,13 +467,13 @@ def test_producers_partition_keys_as_the_java_client_unless_told_otherwise(
     tmp_path, fake_producer, monkeypatch, guarantee
 ):
     fake_producer.max_ms = 10**9
-    monkeypatch.setattr(ksink, "_SHARED", {})
+    monkeypatch.setattr(kproducer, "_SHARED", {})
     sink = _sink(tmp_path, deliveryGuarantee=guarantee)
     sink.beginTransaction(TaskInfo(3, 0, 0))
     assert fake_producer.created[-1]["partitioner"] == "murmur2_random"
     assert "partitioner" not in sink.options.kafka_conf  # the commit client's conf is the user's
 
-    monkeypatch.setattr(ksink, "_SHARED", {})
+    monkeypatch.setattr(kproducer, "_SHARED", {})
     sink = _sink(tmp_path, deliveryGuarantee=guarantee, **{"kafka.partitioner": "random"})
     sink.beginTransaction(TaskInfo(3, 0, 0))
     assert fake_producer.created[-1]["partitioner"] == "random"
@@ -502,7 +505,7 @@ def test_the_topic_option_overrides_a_topic_column_as_in_spark(tmp_path):
     settings = SinkSettings.from_options("kafka-eos", opts)
     sink = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema))
     producer = _RecordingProducer()
-    txn = ksink.KafkaTxn(TaskInfo(0, 0, 0), producer, None)
+    txn = kproducer.KafkaTxn(TaskInfo(0, 0, 0), producer, None)
     sink.invoke(txn, _rows(topic=["other", None], value=[b"a", b"b"]))
     assert [t for t, _, _ in producer.sent] == ["chosen", "chosen"]
 
@@ -515,7 +518,7 @@ def test_without_the_topic_option_the_topic_column_routes_each_row(tmp_path):
     settings = SinkSettings.from_options("kafka-eos", opts)
     sink = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema))
     producer = _RecordingProducer()
-    sink.invoke(ksink.KafkaTxn(TaskInfo(0, 0, 0), producer, None),
+    sink.invoke(kproducer.KafkaTxn(TaskInfo(0, 0, 0), producer, None),
                 _rows(topic=["t1", "t2"], value=[b"a", b"b"]))
     assert [t for t, _, _ in producer.sent] == ["t1", "t2"]
 
@@ -634,7 +637,7 @@ def test_a_null_topic_without_the_topic_option_fails_the_task_as_in_spark(tmp_pa
     settings = SinkSettings.from_options("kafka-eos", opts)
     sink = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema))
     with pytest.raises(ValueError, match=r"null topic.*set \.option\(\"topic\""):
-        sink.invoke(ksink.KafkaTxn(TaskInfo(0, 0, 0), _RecordingProducer(), None),
+        sink.invoke(kproducer.KafkaTxn(TaskInfo(0, 0, 0), _RecordingProducer(), None),
                     _rows(topic=["t1", None], value=[b"a", b"b"]))
 
 
@@ -740,12 +743,12 @@ def test_a_record_over_the_producers_limit_names_the_record_its_source_row_and_t
                     "checkpointLocation": str(tmp_path / "ck")})
     settings = SinkSettings.from_options("kafka-eos", opts)
     sink = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, schema))
-    txn = ksink.KafkaTxn(TaskInfo(3, 1, 0), Producer({"bootstrap.servers": "127.0.0.1:9",
+    txn = kproducer.KafkaTxn(TaskInfo(3, 1, 0), Producer({"bootstrap.servers": "127.0.0.1:9",
                                                        "log_level": 0}), None)
     rows = pa.record_batch({"key": ["user-1", "user-7"], "value": [b"x", b"y" * 2_000_000],
                             "topic": ["events", "events"], "partition": [0, 0],
                             "offset": [10, 11]})
-    with pytest.raises(ksink.RecordTooLarge) as e:
+    with pytest.raises(kerrors.RecordTooLarge) as e:
         sink.invoke(txn, rows)
     message = str(e.value)
     assert message.startswith(f"kafka-eos[{sink.options.prefix}]: record too large for the "
@@ -758,7 +761,7 @@ def test_a_record_over_the_producers_limit_names_the_record_its_source_row_and_t
     # without Kafka coordinates in the rows: the row of the task's input
     plain = pa.record_batch({"value": [b"z" * 1_500_000]})
     sink_plain = KafkaSink(settings, KafkaSinkOptions.parse(opts, settings, SCHEMA))
-    with pytest.raises(ksink.RecordTooLarge, match=r"1,500,000 bytes \(no key, row 0 of Spark "
+    with pytest.raises(kerrors.RecordTooLarge, match=r"1,500,000 bytes \(no key, row 0 of Spark "
                                                    r"partition 1's input in batch 3\)"):
         sink_plain.invoke(txn, plain)
 
@@ -770,14 +773,14 @@ def test_a_batch_the_broker_refuses_as_too_large_names_the_record_and_the_topic_
         def key(self): return b"user-9"
         def value(self): return b"v" * 5000
 
-    error = ksink._delivery_error(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Delivered())
-    assert isinstance(error, ksink.RecordTooLarge)
+    error = kerrors.delivery_error(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Delivered())
+    assert isinstance(error, kerrors.RecordTooLarge)
     assert str(error).startswith("record batch too large for the broker (MSG_SIZE_TOO_LARGE): "
                                  "it refused the batch holding a record of 5,006 bytes (key "
                                  "'user-9') for topic out partition 2")
     assert "--entity-name out --add-config max.message.bytes=N" in str(error)
     other = KafkaError(KafkaError.REQUEST_TIMED_OUT)
-    assert ksink._delivery_error(other, Delivered()) is other
+    assert kerrors.delivery_error(other, Delivered()) is other
 
 
 class _CrashedProducer:
@@ -796,7 +799,7 @@ def test_a_crashed_flush_after_a_refused_epoch_raises_fenced_not_system_error():
     """The broker refused the zombie's records for their epoch (a delivery error) and the fatal
     error itself never reached error_cb: the task fails as fenced (_FENCED), naming the refusal,
     not with confluent-kafka's SystemError."""
-    from sinks.kafka import KafkaTxn, _fatal_from
+    from sinks.kafka.producer import KafkaTxn, fatal_from
     from sinks.two_phase_commit import TaskInfo
 
     producer = _CrashedProducer()
@@ -804,7 +807,7 @@ def test_a_crashed_flush_after_a_refused_epoch_raises_fenced_not_system_error():
                          "operation with an old epoch")
     txn = KafkaTxn(TaskInfo(5, 0, 0), producer, "t-5-0", errors=[refused])
     with pytest.raises(KafkaException) as fenced:
-        _fatal_from(txn, producer.flush, 1.0)
+        fatal_from(txn, producer.flush, 1.0)
     assert fenced.value.args[0].code() == KafkaError._FENCED
     assert fenced.value.args[0].fatal()
     assert "old epoch" in fenced.value.args[0].str()
@@ -812,10 +815,10 @@ def test_a_crashed_flush_after_a_refused_epoch_raises_fenced_not_system_error():
 
 def test_a_crashed_flush_with_no_error_known_stays_a_system_error():
     """Nothing says why the call failed: the SystemError is raised as it is, never a guess."""
-    from sinks.kafka import KafkaTxn, _fatal_from
+    from sinks.kafka.producer import KafkaTxn, fatal_from
     from sinks.two_phase_commit import TaskInfo
 
     producer = _CrashedProducer()
     txn = KafkaTxn(TaskInfo(5, 0, 0), producer, "t-5-0")
     with pytest.raises(SystemError):
-        _fatal_from(txn, producer.flush, 1.0)
+        fatal_from(txn, producer.flush, 1.0)

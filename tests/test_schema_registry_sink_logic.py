@@ -296,7 +296,7 @@ def test_derivation_and_subject_fail_at_query_start():
 
 
 def test_the_sink_takes_registry_options_and_refuses_source_ones(tmp_path):
-    from sinks.kafka_data_source import KafkaSinkDataSource
+    from sinks.kafka.data_source import KafkaSinkDataSource
 
     def kafka_stream_writer(raw, schema, overwrite):
         return KafkaSinkDataSource(raw).streamWriter(schema, overwrite)

@@ -37,9 +37,9 @@ def test_looking_formats_up_imports_no_driver_only_library(statement: str) -> No
 
 
 def test_the_kafka_sink_loads_kafka_python_only_to_commit() -> None:
-    assert "kafka" not in _modules_after("import sinks.kafka")
+    assert "kafka" not in _modules_after("import sinks.kafka.sink")
     assert "kafka" in _modules_after(
-        "import sinks.kafka_commit as k; k.error_name(47)")
+        "import sinks.kafka.commit_client as k; k.error_name(47)")
 
 
 def test_the_postgres_format_loads_psycopg_only_when_a_query_starts() -> None:

@@ -5,7 +5,7 @@ oracle: what counts is what a read_committed reader would see.
 
 Every test runs on both cluster generations (`any_broker`): Apache Kafka 4.x, whose new
 clusters finalize transaction.version 2 (KIP-890 part 2), and 3.9. The sink's commit client
-sends EndTxn v1 and InitProducerId v3 to both (sinks/kafka_commit.py), so the coordinator
+sends EndTxn v1 and InitProducerId v3 to both (sinks/kafka/commit_client.py), so the coordinator
 applies the pre-KIP-890 rules to its requests on either."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from sinks.kafka_commit import (
+from sinks.kafka.commit_client import (
     OutcomeUnreadable,
     PreparedTxn,
     TransientTxnError,
@@ -27,7 +27,7 @@ from sinks.kafka_commit import (
     transaction_outcome,
 )
 from connectors.core.options import Options
-from sinks.kafka_commit import END_TXN_VERSION, INIT_PRODUCER_ID_VERSION
+from sinks.kafka.commit_client import END_TXN_VERSION, INIT_PRODUCER_ID_VERSION
 from connectors.local.kafka_oracle import read_partition
 from integration_tests.support.kafka_data import create_topic, unique_topic
 from integration_tests.support.streaming import wait_for
@@ -212,7 +212,7 @@ def test_endtxn_for_a_producer_id_the_coordinator_does_not_know(bootstrap, out, 
     """The coordinator answers INVALID_PRODUCER_ID_MAPPING. No record of that producer is in the
     output, so the sink can neither commit nor call it lost: it fails loudly at once, naming
     the error, after one EndTxn: no retries until commitTimeout, and no guess."""
-    from sinks import kafka_commit
+    from sinks.kafka import commit_client as kafka_commit
 
     sink = make_sink(bootstrap, out, tmp_path / "ck")
     sink.open()
@@ -225,7 +225,7 @@ def test_endtxn_for_a_producer_id_the_coordinator_does_not_know(bootstrap, out, 
     assert "not in the log" in str(e.value)
     sent: list[int] = []
     end = kafka_commit.end_transaction
-    monkeypatch.setattr(sys.modules["sinks.kafka"], "end_transaction",
+    monkeypatch.setattr(sys.modules["sinks.kafka.sink"], "end_transaction",
                         lambda cluster, txn, **kw: (sent.append(txn.producer_id),
                                                     end(cluster, txn, **kw))[1])
     writer = TwoPhaseCommitWriter(sink)
@@ -267,7 +267,7 @@ def test_a_batchs_transactions_are_committed_together_and_all_land(bootstrap, ou
     batch asks no FindCoordinator for ids whose coordinator it already knows."""
     import threading
 
-    from sinks import kafka_commit
+    from sinks.kafka import commit_client as kafka_commit
     sink = make_sink(bootstrap, out, tmp_path / "ck")
     writer = TwoPhaseCommitWriter(sink)
     writer.ready_for_tasks = True
@@ -283,7 +283,7 @@ def test_a_batchs_transactions_are_committed_together_and_all_land(bootstrap, ou
         threads.add(threading.get_ident())
         return end(cluster, txn, **kw)
 
-    monkeypatch.setattr(sys.modules["sinks.kafka"], "end_transaction", end_transaction)
+    monkeypatch.setattr(sys.modules["sinks.kafka.sink"], "end_transaction", end_transaction)
     partitions = range(6)
     for batch in (0, 1):
         sink.open()
@@ -305,7 +305,7 @@ def test_a_batchs_transactions_are_committed_together_and_all_land(bootstrap, ou
 
 def _spy_end_transaction(monkeypatch) -> list[tuple[int, str]]:
     """(producer id, outcome) of every EndTxn the sink sends: "NONE" or the exception's text."""
-    from sinks import kafka_commit
+    from sinks.kafka import commit_client as kafka_commit
 
     calls: list[tuple[int, str]] = []
     end = kafka_commit.end_transaction
@@ -318,7 +318,7 @@ def _spy_end_transaction(monkeypatch) -> list[tuple[int, str]]:
             raise
         calls.append((txn.producer_id, "NONE"))
 
-    monkeypatch.setattr(sys.modules["sinks.kafka"], "end_transaction", end_transaction)
+    monkeypatch.setattr(sys.modules["sinks.kafka.sink"], "end_transaction", end_transaction)
     return calls
 
 
@@ -388,7 +388,7 @@ def test_concurrent_transactions_while_the_coordinator_writes_markers_is_retried
     """An EndTxn that reaches the coordinator while it is still writing the markers of an
     EndTxn for the same transaction is answered CONCURRENT_TRANSACTIONS (retriable): the
     sink retries it until the coordinator answers NONE, and the batch commits once."""
-    from sinks import kafka_commit
+    from sinks.kafka import commit_client as kafka_commit
     from kafka.protocol.producer.transaction import EndTxnRequest
 
     sink = make_sink(bootstrap, out, tmp_path / "ck", commitTimeout="30s")

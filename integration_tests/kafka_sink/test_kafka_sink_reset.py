@@ -16,7 +16,7 @@ from connectors.core.options import Options
 from connectors.local.kafka_oracle import committed, read_partition
 from integration_tests.support.kafka_data import create_topic, produce, unique_topic
 from integration_tests.support.processes import run_pipeline
-from sinks.kafka import default_prefix, transactional_id
+from sinks.kafka.ids import default_prefix, transactional_id
 from sinks.two_phase_commit import SinkSettings
 
 PIPELINE = "integration_tests.support.pipelines.eos_pipeline"

@@ -1,6 +1,6 @@
 """The authorizer's refusals, end to end: a principal that may write the output topic but lacks
 the TransactionalId ACL fails an exactly-once `kafka-eos` sink query at its start, and the error
-names the ACL to add (`sinks.kafka_commit.acl_needed`), rather than retrying until a timeout.
+names the ACL to add (`sinks.kafka.commit_client.acl_needed`), rather than retrying until a timeout.
 
 Real Apache Kafka with the StandardAuthorizer (the session's node): the user `limited` over the
 SASL_SSL listener (SCRAM-SHA-512), with ACLs on the output topic only, given through the

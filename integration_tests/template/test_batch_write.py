@@ -15,7 +15,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from connectors.local.kafka_oracle import committed, read_partition
 from integration_tests.support.kafka_data import create_topic, unique_topic
 from sinks.delta import DeltaEosDataSource
-from sinks.kafka_data_source import KafkaSinkDataSource
+from sinks.kafka.data_source import KafkaSinkDataSource
 from sinks.two_phase_commit import JOB_BATCH_ID, PreparedPartition, TaskInfo
 
 ROWS = 4000

@@ -1,7 +1,7 @@
 """`KafkaSinkDataSource`: the writing side of the `kafka-eos` format, streaming and batch.
 
 `kafka-eos` is one format name for reading and writing, so the class Spark registers
-(connectors/formats.py) joins this one with the source's. The sink (sinks/kafka.py, with its
+(connectors/formats.py) joins this one with the source's. The sink (sinks/kafka/sink.py, with its
 commit client) is imported only when a query writes: the Python workers that only look formats
 up, create the source or read never pay for it.
 """
@@ -17,7 +17,7 @@ from connectors.core.options import Options
 from sinks.data_source import TwoPhaseCommitDataSource
 
 if TYPE_CHECKING:
-    from sinks.kafka import KafkaSink
+    from sinks.kafka.sink import KafkaSink
     from sinks.two_phase_commit import SinkSettings
 
 
@@ -27,11 +27,11 @@ class KafkaSinkDataSource(TwoPhaseCommitDataSource):
     format_name = FORMAT_NAME
     docs = "docs/kafka-sink.md#options"
 
-    # The option names live with the sink (sinks/kafka.py), which this module imports only
+    # The option names live in sinks/kafka/options.py, which this module imports only
     # when a query writes: read them from there then.
     @property
     def sink_options(self) -> tuple[str, ...]:  # type: ignore[override]
-        from sinks.kafka import OPTIONS
+        from sinks.kafka.options import OPTIONS
 
         return OPTIONS
 
@@ -41,7 +41,7 @@ class KafkaSinkDataSource(TwoPhaseCommitDataSource):
 
     @property
     def option_prefixes(self) -> tuple[str, ...]:  # type: ignore[override]
-        from sinks.kafka import OPTION_PREFIXES
+        from sinks.kafka.options import OPTION_PREFIXES
 
         return OPTION_PREFIXES
 
@@ -53,8 +53,9 @@ class KafkaSinkDataSource(TwoPhaseCommitDataSource):
 
     def build_sink(self, opts: Options, settings: SinkSettings, schema: StructType) -> KafkaSink:
         """The driver's commit retries follow kafkaRetryTimeout unless commitTimeout or
-        commitRetries say otherwise (sinks/kafka.py, commit_budget)."""
-        from sinks.kafka import KafkaSink, KafkaSinkOptions, commit_budget
+        commitRetries say otherwise (sinks/kafka/options.py, commit_budget)."""
+        from sinks.kafka.options import KafkaSinkOptions, commit_budget
+        from sinks.kafka.sink import KafkaSink
 
         options = KafkaSinkOptions.parse(opts, settings, schema)
         return KafkaSink(commit_budget(settings, opts, options.retry), options)

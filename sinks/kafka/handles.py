@@ -1,4 +1,4 @@
-"""The `kafka-eos` sink's handles: one open Kafka transaction each (sinks/kafka_kind.py shows
+"""The `kafka-eos` sink's handles: one open Kafka transaction each (sinks/kafka/kind.py shows
 and settles them for `kafka-eos inspect` and `resolve`).
 
 A task's transaction is prepared (flushed, left open on the broker) and its handle says how the

@@ -14,6 +14,8 @@ from typing import NamedTuple
 from connectors.core.digest import short_digest
 
 DEFAULT_PREFIX_HEAD = "kafka-eos-"
+#: A batch write's transactional ids: `<transactionalIdPrefix or this>-<job id>-<p>-<a>`.
+BATCH_PREFIX = "kafka-eos-batch"
 _ID = re.compile(r"(?P<prefix>.+)-(?P<partition>\d+)-(?P<attempt>\d+)")
 
 
@@ -44,6 +46,13 @@ def default_prefix(checkpoint_location: str | None, bootstrap: str, topic: str |
     at once instead of leaving them to hold read_committed readers until they time out."""
     origin = checkpoint_location or f"{bootstrap}/{topic}"
     return DEFAULT_PREFIX_HEAD + short_digest(origin)
+
+
+def batch_prefix(user_prefix: str | None, job_id: str) -> str:
+    """A batch job's prefix: one set of ids per job, so concurrent batch jobs never fence each
+    other and a failed job's ids can all be fenced (abortJob). Under the user's prefix, if
+    set, so the prefixed TransactionalId ACL still covers them."""
+    return f"{user_prefix or BATCH_PREFIX}-{job_id}"
 
 
 def acl_check_id(prefix: str) -> str:

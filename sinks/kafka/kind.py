@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sinks.kafka_handles import KIND
-from sinks.kafka_ids import parse_transactional_id
+from sinks.kafka.handles import KIND
+from sinks.kafka.ids import parse_transactional_id
 from sinks.kinds import PendingBatch, ResolveError, SinkKind, duration_text, register
 
 if TYPE_CHECKING:
-    from sinks.kafka import KafkaSink
+    from sinks.kafka.sink import KafkaSink
 
 
 class KafkaKind(SinkKind):
@@ -53,7 +53,8 @@ class KafkaKind(SinkKind):
     def recovery_sink(self, batch: PendingBatch) -> KafkaSink:
         """The query's sink as far as EndTxn needs it: the cluster (named by the operator) and
         the ids' prefix, read from the handles' own ids."""
-        from sinks.kafka import KafkaSink, KafkaSinkOptions
+        from sinks.kafka.options import KafkaSinkOptions
+        from sinks.kafka.sink import KafkaSink
 
         store = batch.store
         if not store.kafka_conf.get("bootstrap.servers"):

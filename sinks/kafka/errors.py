@@ -1,0 +1,84 @@
+"""What the `kafka-eos` sink raises and reads beyond the template's errors: a record too large
+for the producer or the broker, named with its size, key and row; the delivery errors that
+mean a newer attempt fenced this producer. The commit client's own errors (EndTxn refused,
+fenced, unauthorized) live with it, in commit_client.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+#: Delivery errors that mean a newer producer took the transactional id over.
+_FENCING_CODES = frozenset({KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.PRODUCER_FENCED,
+                            KafkaError._FENCED})
+
+
+def fencing_delivery_error(errors: list) -> KafkaError | None:
+    return next((err for err in errors
+                 if isinstance(err, KafkaError) and err.code() in _FENCING_CODES), None)
+
+
+#: librdkafka's default `message.max.bytes` (the producer's bound on one record, checked by
+#: produce() before anything is sent) and Kafka's default `max.message.bytes` of a topic
+#: (the broker's `message.max.bytes`: its bound on one record batch).
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
+BROKER_MAX_MESSAGE_BYTES = 1_048_588
+
+
+class RecordTooLarge(KafkaException):
+    """A record over the producer's or the broker's size limit (MSG_SIZE_TOO_LARGE), named with
+    its size, its key, the source row it came from when the row says so, and the settings to
+    change. A KafkaException, so `except KafkaException` still catches it; its first line is
+    what to change, instead of librdkafka's bare "Broker: Message size too large"."""
+
+    def __init__(self, message: str, error: KafkaError | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def show_key(key: Any) -> str:
+    """A key for a message: text as is (up to 64 characters), bytes decoded when they are
+    UTF-8 text, else their first bytes in hex; no key says so."""
+    if key is None:
+        return "no key"
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        raw = bytes(key)
+        try:
+            key = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"key 0x{raw[:16].hex()}{'...' if len(raw) > 16 else ''} ({len(raw)} bytes)"
+    text = str(key)
+    return f"key {text[:64]!r}{'...' if len(text) > 64 else ''}"
+
+
+def record_size(data: Any) -> int:
+    if data is None:
+        return 0
+    return len(data.encode("utf-8")) if isinstance(data, str) else len(data)
+
+
+def delivery_error(err: KafkaError, msg: Any) -> Any:
+    """What a failed delivery report leaves among the task's errors: the KafkaError, or for a
+    record batch the broker refused as too large, a RecordTooLarge naming the record."""
+    if err is None or err.code() != KafkaError.MSG_SIZE_TOO_LARGE:
+        return err
+    try:
+        topic, partition, key = msg.topic(), msg.partition(), msg.key()
+        size = record_size(msg.value()) + record_size(key)
+    except Exception:  # no record to name: the plain error
+        return err
+    return RecordTooLarge(
+        f"record batch too large for the broker (MSG_SIZE_TOO_LARGE): it refused the batch "
+        f"holding a record of {size:,} bytes ({show_key(key)}) for topic {topic} partition "
+        f"{partition}: a record "
+        f"batch must fit the topic's max.message.bytes (default: the broker's "
+        f"message.max.bytes, {BROKER_MAX_MESSAGE_BYTES:,}). Raise the topic's max.message.bytes "
+        f"(kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config "
+        f"max.message.bytes=N), or keep the producer's batches under it: kafka.batch.size and "
+        f"kafka.message.max.bytes at most the topic's limit", err)
+
