@@ -21,8 +21,8 @@ from deltalake.schema import StructType
 from deltalake.transaction import AddAction
 
 from connectors.core.options import OptionError
+from sinks.delta.errors import NotNullViolation
 from sinks.delta.protocol_checks import (
-    NotNullViolation,
     check_not_null,
     check_writable,
     not_null_columns,

@@ -23,7 +23,7 @@ from connectors.core.options import OptionError
 from integration_tests.support.task_context import task  # noqa: F401  (a fixture)
 from integration_tests.support import crash_matrix
 from sinks.delta import DeltaEosDataSource
-from sinks.delta.upsert import NullKeyOrSequence
+from sinks.delta.errors import NullKeyOrSequence
 
 SPARK_SCHEMA = StructType([StructField("id", LongType()), StructField("seq", LongType()),
                            StructField("op", StringType()), StructField("v", StringType())])

@@ -29,7 +29,7 @@ from sinks.delta.handles import append_handle, upsert_handle
 from sinks.kafka.handles import kafka_handle
 from sinks.kafka.ids import transactional_id
 from sinks.kinds import KIND_KEY, UNKNOWN, kind_of, registered
-from sinks.postgres.gids import make_gid
+from sinks.postgres.ids import make_gid
 from sinks.postgres.handles import postgres_handle
 from sinks.recovery_plan import plan_recovery
 from tests.test_delta_upsert import Query

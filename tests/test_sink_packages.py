@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,57 @@ def test_the_postgres_names_keep_their_paths_in_a_package_of_modules():
     # The old flat modules are gone: one package, sinks/postgres/.
     with pytest.raises(ModuleNotFoundError):
         __import__("sinks.postgres_data_source")
+
+
+# -- one shape for every sink package ---------------------------------------------------------
+
+SINKS_DIR = Path(__file__).resolve().parents[1] / "sinks"
+#: The modules every sink package has, each for the same concern (sinks/__init__.py).
+SHAPE = ("__init__", "data_source", "options", "ids", "handles", "kind", "errors", "sink")
+#: What the root of sinks/ holds: the template and its log, nothing of any one store.
+TEMPLATE = {"__init__", "two_phase_commit", "txn_log", "recovery_plan", "checkpoint", "kinds",
+            "data_source", "storage_retries", "faults", "target_identity"}
+
+
+def _sink_packages() -> list[str]:
+    return sorted(p.name for p in SINKS_DIR.iterdir()
+                  if p.is_dir() and (p / "__init__.py").exists())
+
+
+def test_the_root_of_sinks_holds_the_template_only_and_one_package_per_sink():
+    root = {p.stem for p in SINKS_DIR.glob("*.py")}
+    assert root == TEMPLATE, f"modules at the root of sinks/ beyond the template: {root - TEMPLATE}"
+    assert _sink_packages() == ["delta", "kafka", "postgres"]
+
+
+@pytest.mark.parametrize("package", ["delta", "kafka", "postgres"])
+def test_every_sink_package_has_the_same_shape(package):
+    """The same modules for the same concerns: a reader who knows one sink finds their way in
+    the others, and a new sink knows what to write."""
+    import importlib
+
+    from sinks.data_source import TwoPhaseCommitDataSource
+    from sinks.kinds import sink_kind
+    from sinks.two_phase_commit import TwoPhaseCommitSink
+
+    modules = {p.stem for p in (SINKS_DIR / package).glob("*.py")}
+    assert set(SHAPE) <= modules, f"sinks/{package}/ lacks {sorted(set(SHAPE) - modules)}"
+    pkg = importlib.import_module(f"sinks.{package}")
+    # the package's docstring names each of its modules, and its public names all resolve
+    unnamed = [m for m in sorted(modules - {"__init__"}) if f"{m}.py" not in (pkg.__doc__ or "")]
+    assert not unnamed, f"sinks/{package}/__init__.py does not describe {unnamed}"
+    assert pkg.__all__ and all(getattr(pkg, name) is not None for name in pkg.__all__)
+
+    def defined_in(module: str, base: type) -> list[type]:
+        mod = importlib.import_module(f"sinks.{package}.{module}")
+        return [v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, base)
+                and v is not base and v.__module__ == mod.__name__]
+
+    [data_source] = defined_in("data_source", TwoPhaseCommitDataSource)
+    assert defined_in("sink", TwoPhaseCommitSink), f"sinks/{package}/sink.py defines no sink"
+    assert defined_in("errors", Exception), f"sinks/{package}/errors.py defines no error"
+    handles = importlib.import_module(f"sinks.{package}.handles")
+    options = importlib.import_module(f"sinks.{package}.options")
+    importlib.import_module(f"sinks.{package}.kind")  # registers the kind
+    assert data_source.name() == options.FORMAT_NAME == handles.KIND
+    assert type(sink_kind(handles.KIND)).__module__ == f"sinks.{package}.kind"

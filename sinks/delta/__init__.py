@@ -2,7 +2,8 @@
 
     data_source.py      DeltaEosDataSource: the format Spark registers; options checked at start
     options.py          DeltaOptions: every option and table property, parsed once
-    app_ids.py          the app ids keying the txn actions and naming the files: built here only
+    storage.py          S3 commit configurations unsafe for concurrent writers, refused
+    ids.py              the app ids keying the txn actions and naming the files: built here only
     handles.py          the handles: data files (append mode), staged changes (upsert mode)
     kind.py             the sink kind: how inspect shows the handles and resolve settles them
     sink.py             DeltaSink: append mode on the two-phase-commit template (tasks write
@@ -15,6 +16,7 @@
     fold.py             the fold of a batch of changes: per key the winner; tombstones applied
     tombstones.py       deleted keys' (key, sequence), kept for tombstoneRetention
     delete_predicate.py applyAsDeletes: a small SQL predicate, parsed at start, run with pyarrow
+    errors.py           what the sink raises beyond the template's errors (NOT NULL, null keys)
 
 `from sinks.delta import DeltaEosDataSource` (and DeltaSink, DeltaOptions, FORMAT_NAME) keeps
 working: the names are resolved on first use, so registering the format (every Spark Python

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sinks.delta.app_ids import recorded_app_id
+from sinks.delta.ids import recorded_app_id
 from sinks.delta.handles import KIND, is_upsert
 from sinks.kinds import PendingBatch, ResolveError, SinkKind, register
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from connectors.core.options import OptionError
+from sinks.delta.errors import NotNullViolation
 
 if TYPE_CHECKING:  # read by the driver only; tasks import this module for check_not_null
     from deltalake import DeltaTable
@@ -136,24 +137,6 @@ LEGACY_WRITER_FEATURES = {
 RETENTION_KEY = "delta.settransactionretentionduration"
 
 WAY_OUT = "append to it with delta-spark, or use a table without this feature"
-
-
-class NotNullViolation(ValueError):
-    """A NOT NULL column of the Delta table holds a null in a micro-batch: nothing of the
-    batch is written (the task fails before its file is opened, so the batch aborts)."""
-
-    def __init__(self, column: str, nulls: int, batch_id: int, partition_id: int,
-                 detail: str = "") -> None:
-        self.column = column
-        self.batch_id = batch_id
-        self.partition_id = partition_id
-        self.nulls = nulls
-        super().__init__(
-            f"delta-eos: column '{column}' is NOT NULL in the Delta table, but micro-batch "
-            f"{batch_id} (Spark partition {partition_id}) holds {detail or f'{nulls} null value(s) in it'}; "
-            "nothing of the batch is written. Filter or fill the nulls upstream "
-            f"(e.g. .where(col('{column}').isNotNull()) or coalesce)"
-        )
 
 
 def check_writable(table: DeltaTable, path: str) -> None:

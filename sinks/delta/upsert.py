@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from connectors.core.options import OptionError
 from sinks.delta import protocol_checks
 from sinks.delta.delete_predicate import DeletePredicate, parse
+from sinks.delta.errors import NullKeyOrSequence
 from sinks.delta.fold import DELETE_COLUMN, drop_tombstoned, latest_per_key, tombstones_of
 from sinks.delta.handles import StagedChanges, UpsertHandle, upsert_handle
 from sinks.delta.options import DeltaOptions, UpsertOptions
@@ -57,21 +58,6 @@ FOLD_EVERY_ROWS = 262_144
 #: A sequenceBy column must order its values: numbers, timestamps, dates.
 _SEQUENCE_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
                    pa.types.is_timestamp, pa.types.is_date)
-
-
-class NullKeyOrSequence(ValueError):
-    """A change without a key or a sequence cannot be placed: the task fails (Spark retries it,
-    then the query stops) and nothing of the batch is committed. Never a silent skip."""
-
-    def __init__(self, option: str, column: str, nulls: int, batch_id: int,
-                 partition_id: int) -> None:
-        self.option, self.column, self.batch_id = option, column, batch_id
-        super().__init__(
-            f"delta-eos upsert: micro-batch {batch_id} (Spark partition {partition_id}) holds "
-            f"{nulls} change(s) whose {option} column '{column}' is null; a change needs its "
-            "key and its sequence. Nothing of the batch is committed: filter or fill them "
-            f"upstream (e.g. .where(col('{column}').isNotNull()))"
-        )
 
 
 @dataclass

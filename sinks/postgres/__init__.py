@@ -3,7 +3,7 @@
     data_source.py  PostgresEosDataSource: the format Spark registers; options checked at start
     options.py      PostgresOptions: the options, connection strings (never shown with the
                     password) and table names, parsed once
-    gids.py         the global transaction ids: built and parsed here only
+    ids.py          the global transaction ids: built and parsed here only
     handles.py      the handles: a prepared transaction's gid and xid
     kind.py         the sink kind: how inspect shows the handles and resolve settles them
     connection.py   connections by the `url` option; this sink's rows of pg_prepared_xacts
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         is_prepared_limit,
         prepared_limit_message,
     )
-    from sinks.postgres.gids import GID_MAX_BYTES, gid_batch, gid_prefix, make_gid, parse_gid
+    from sinks.postgres.ids import GID_MAX_BYTES, gid_batch, gid_prefix, make_gid, parse_gid
     from sinks.postgres.options import (
         FORMAT_NAME,
         OPTIONS,
@@ -52,7 +52,7 @@ _EXPORTS = {
                      "TooManyPreparedTransactions", "is_prepared_limit",
                      "prepared_limit_message"), "sinks.postgres.errors"),
     **dict.fromkeys(("GID_MAX_BYTES", "gid_batch", "gid_prefix", "make_gid", "parse_gid"),
-                    "sinks.postgres.gids"),
+                    "sinks.postgres.ids"),
     **dict.fromkeys(("FORMAT_NAME", "OPTIONS", "PostgresOptions", "TableName", "parse_url",
                      "redacted_url", "scrub"), "sinks.postgres.options"),
     "PostgresSink": "sinks.postgres.sink",

@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from sinks.postgres.errors import CannotConnect
-from sinks.postgres.gids import gid_batch
+from sinks.postgres.ids import gid_batch
 from sinks.postgres.options import PostgresOptions, parse_url, scrub
 
 log = logging.getLogger("kafka_eos.sink.postgres")

@@ -1,7 +1,7 @@
 """The `postgres-eos` sink's handles: one prepared transaction each (sinks/postgres/kind.py shows
 and settles them for `kafka-eos inspect` and `resolve`).
 
-A handle names its prepared transaction by gid (sinks/postgres/gids.py) and by the transaction's
+A handle names its prepared transaction by gid (sinks/postgres/ids.py) and by the transaction's
 id (`txid_current()`): once the gid is gone from pg_prepared_xacts, the server's record of that
 id says whether it was committed or rolled back.
 """

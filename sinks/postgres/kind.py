@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sinks.kinds import PendingBatch, ResolveError, SinkKind, register
-from sinks.postgres.gids import split_gid
+from sinks.postgres.ids import split_gid
 from sinks.postgres.handles import KIND
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from connectors.core.options import OptionError, Options
-from sinks.postgres.gids import gid_prefix
+from sinks.postgres.ids import gid_prefix
 
 if TYPE_CHECKING:
     from psycopg import sql

@@ -6,7 +6,7 @@ survive the task, its connection and a server restart) and invisible to every re
 (driver): `COMMIT PREPARED '<gid>'`. The commit protocol (when to prepare, decide, commit,
 recover) is the template's, in sinks/two_phase_commit.py; this module only speaks PostgreSQL.
 
-The global id (sinks/postgres/gids.py) is deterministic, so a restart finds in
+The global id (sinks/postgres/ids.py) is deterministic, so a restart finds in
 `pg_prepared_xacts` whatever a crashed run prepared. A handle carries the gid and the transaction's id (`txid_current()`): once the gid is
 gone from `pg_prepared_xacts`, `txid_status(xid)` tells "committed" (a repeated commit: success)
 from "aborted" (rolled back behind our back: the template rewrites the partition).
@@ -56,7 +56,7 @@ from sinks.postgres.errors import (
     is_prepared_limit,
     prepared_limit_message,
 )
-from sinks.postgres.gids import gid_batch, make_gid, parse_gid
+from sinks.postgres.ids import gid_batch, make_gid, parse_gid
 from sinks.postgres.handles import PostgresHandle, postgres_handle
 from sinks.postgres.options import FORMAT_NAME, PostgresOptions
 from sinks.target_identity import TargetIdentity
