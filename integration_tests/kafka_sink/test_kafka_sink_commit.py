@@ -24,8 +24,8 @@ from sinks.kafka.commit_client import (
     PreparedTxn,
     TransientTxnError,
     end_transaction,
-    transaction_outcome,
 )
+from sinks.kafka.outcome import transaction_outcome
 from connectors.core.options import Options
 from sinks.kafka.commit_client import END_TXN_VERSION, INIT_PRODUCER_ID_VERSION
 from connectors.local.kafka_oracle import read_partition

@@ -11,7 +11,11 @@
                       timeout the broker accepts, the shared at-least-once producer
     attempts.py       the notes of task attempts beyond the first, fenced by the driver
     commit_client.py  the driver's commit client (kafka-python): FindCoordinator, EndTxn,
-                      InitProducerId, and reading the output to settle a commit in doubt
+                      InitProducerId
+    outcome.py        the output read (Metadata, ListOffsets, Fetch) to settle a commit the
+                      coordinator refused: committed, aborted or still open
+    connection_logs.py  kafka-python's connection errors logged at DEBUG during the commit
+                      client's own calls, and nothing changed at import
     errors.py         what the sink raises beyond the template's errors: RecordTooLarge
     sink.py           KafkaSink: tasks prepare transactions, the driver ends them (EndTxn)
 

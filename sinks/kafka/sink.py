@@ -40,10 +40,8 @@ from sinks.kafka.commit_client import (
     TxnStateInvalid,
     acl_needed,
     check_cluster,
-    end_offsets,
     end_transaction,
     fence_transactional_id,
-    transaction_outcome,
 )
 from sinks.kafka.errors import (
     BROKER_MAX_MESSAGE_BYTES,
@@ -55,6 +53,7 @@ from sinks.kafka.errors import (
 from sinks.kafka.handles import KafkaHandle, kafka_handle
 from sinks.kafka.ids import acl_check_id, parse_transactional_id, transactional_id
 from sinks.kafka.options import KafkaSinkOptions
+from sinks.kafka.outcome import end_offsets, transaction_outcome
 from sinks.kafka.producer import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     KafkaTxn,
