@@ -77,11 +77,8 @@ def _source_report(entry: OffsetEntry, previous: OffsetEntry | None) -> list[dic
 
 def _sink_report(state: BatchState, now_ms: int) -> dict[str, Any]:
     decided = state.decided()
-    prepared = sorted(
-        ({"partition": p, "attempt": int(name.split("-")[2]), "record": name} for name, (p, _) in
-         state.prepared.items()),
-        key=lambda r: (r["partition"], r["attempt"]),
-    )
+    prepared = [{"partition": r.partition, "attempt": r.attempt, "record": r.name}
+                for r in state.prepared_records()]
     handles = {}
     for name, (p, h) in sorted(state.prepared.items(), key=lambda x: (x[1][0], x[0])):
         open_txn = not state.done and p not in state.committed

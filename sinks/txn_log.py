@@ -33,7 +33,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from connectors.core.paths import resolve_location
 from sinks.storage_retries import with_storage_retries
@@ -50,6 +50,21 @@ _DECISION = re.compile(r"^decision-(\d+)(?:-\w+)?\.json$")
 _COMMITTED = re.compile(r"^committed-(\d+)$")
 
 Handle = dict[str, Any]
+
+
+class PreparedRecord(NamedTuple):
+    """What a prepared record's name says: the task's partition and attempt."""
+
+    name: str
+    partition: int
+    attempt: int
+
+
+def prepared_record(name: str) -> PreparedRecord | None:
+    """The partition and attempt of a `prepared-<partition>-<attempt>-<run>.json` record's
+    name; None for any other name. The names' format is this module's: readers ask here."""
+    m = _PREPARED.match(name)
+    return PreparedRecord(name, int(m.group(1)), int(m.group(2))) if m else None
 
 
 class ConflictingWriters(RuntimeError):
@@ -72,6 +87,11 @@ class BatchState:
         for decision in self.decisions:
             merged.update(decision)
         return merged
+
+    def prepared_records(self) -> list[PreparedRecord]:
+        """The prepared records, by partition and attempt."""
+        records = [r for name in self.prepared if (r := prepared_record(name)) is not None]
+        return sorted(records, key=lambda r: (r.partition, r.attempt))
 
     def undecided_handles(self) -> list[Handle]:
         """Prepared handles no decision names: failed, superseded or never-decided attempts."""

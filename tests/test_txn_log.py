@@ -9,7 +9,14 @@ import os
 import pyarrow.fs as pafs
 import pytest
 
-from sinks.txn_log import LOG_DIR, BatchState, ConflictingWriters, TransactionLog
+from sinks.txn_log import (
+    LOG_DIR,
+    BatchState,
+    ConflictingWriters,
+    PreparedRecord,
+    TransactionLog,
+    prepared_record,
+)
 
 
 @pytest.fixture
@@ -74,6 +81,21 @@ def test_same_partition_and_attempt_prepared_twice_keeps_both(txlog):
     assert len(s.prepared) == 2
     assert sorted(h["run"] for _, h in s.prepared.values()) == [1, 2]
     assert {p for p, _ in s.prepared.values()} == {0}
+
+
+def test_prepared_records_are_read_through_the_logs_own_names(txlog):
+    """Readers of the log (kafka-eos inspect) take partition and attempt from here, never by
+    splitting the file names themselves."""
+    txlog.record_prepared(3, 12, 2, {"h": "p12a2"})
+    txlog.record_prepared(3, 1, 0, {"h": "p1a0"})
+    txlog.record_prepared(3, 1, 10, {"h": "p1a10"})
+    records = txlog.state(3).prepared_records()
+    assert [(r.partition, r.attempt) for r in records] == [(1, 0), (1, 10), (12, 2)]
+    assert all(r.name.startswith(f"prepared-{r.partition}-{r.attempt}-") for r in records)
+    assert prepared_record("prepared-7-3-ab12cd34.json") == PreparedRecord(
+        "prepared-7-3-ab12cd34.json", 7, 3)
+    for other in ("decision-0-w.json", "committed-7", "done", "prepared-7.json"):
+        assert prepared_record(other) is None
 
 
 def test_decision_record_round_trips_with_int_partitions(chk, txlog):
