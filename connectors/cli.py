@@ -10,77 +10,42 @@ a store resolve cannot reach); 4 that resolve refused because the query may be r
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from typing import NoReturn
 
+from connectors.cli_args import (
+    EXIT_USAGE,
+    bootstrap_servers,
+    HelpFormat,
+    non_negative_int,
+    Parser,
+    tcp_port,
+    positive_int,
+    events_per_second,
+    registry_url,
+)
 from connectors.core.logs import enable_structured_logs
 
-EXIT_OK, EXIT_VERIFICATION_FAILED, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
+EXIT_OK, EXIT_VERIFICATION_FAILED, EXIT_CANNOT_RUN = 0, 1, 3
 EXIT_QUERY_MAY_BE_RUNNING = 4
 PROG = "kafka-eos"
-_HOST_PORT = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-
-
-class _Help(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except where there is none to show (the help says what happens)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None:
-            return action.help
-        return super()._get_help_string(action)
-
-
-def _whole_number(minimum: int):
-    """An argparse type: an int of at least `minimum` (underscores allowed: 1_000_000)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text.replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            bound = "0 or more" if minimum == 0 else f"at least {minimum}"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
-        return value
-
-    return parse
-
-
-_positive_int, _non_negative_int = _whole_number(1), _whole_number(0)
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected events per second, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (as fast as possible) or more, got {text}")
-    return value
-
-
-def _bootstrap(text: str) -> str:
-    servers = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [s for s in servers if not _HOST_PORT.match(s)]
-    if not servers or bad:
-        raise argparse.ArgumentTypeError(
-            f"expected host:port[,host:port...], got {text!r}"
-        )
-    return ",".join(servers)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog=PROG,
         description="Exactly-once Kafka and Delta Lake connectors for Spark Structured Streaming.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    _add_demo_command(commands)
+    _add_broker_command(commands)
+    _add_registry_command(commands)
+    _add_inspect_command(commands)
+    _add_resolve_command(commands)
+    return parser
+
+
+def _add_demo_command(commands) -> None:
+    """`demo`: the exactly-once pipeline end to end, verified."""
     demo = commands.add_parser(
         "demo",
         help="run the exactly-once pipeline end to end and verify its output",
@@ -96,18 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
             "--bootstrap-servers an embedded local broker is started. Exit status: 0 verified, "
             "1 duplicates or missing records, 2 bad arguments, 3 could not run."
         ),
-        formatter_class=_Help,
+        formatter_class=HelpFormat,
     )
-    demo.add_argument("--records", type=_positive_int, default=20_000,
+    demo.add_argument("--records", type=positive_int, default=20_000,
                       help="events to produce")
-    demo.add_argument("--rate", type=_rate, default=500.0,
+    demo.add_argument("--rate", type=events_per_second, default=500.0,
                       help="events per second to produce; 0 produces as fast as possible")
-    demo.add_argument("--partitions", type=_positive_int, default=4,
+    demo.add_argument("--partitions", type=positive_int, default=4,
                       help="partitions of the input and output topics")
-    demo.add_argument("--chaos", type=_non_negative_int, default=0, metavar="N",
+    demo.add_argument("--chaos", type=non_negative_int, default=0, metavar="N",
                       help="SIGKILL the pipeline's whole process group N times at random "
                            "moments, restarting it each time from its checkpoints")
-    demo.add_argument("--bootstrap-servers", type=_bootstrap, default=None, metavar="HOST:PORT",
+    demo.add_argument("--bootstrap-servers", type=bootstrap_servers, default=None,
+                      metavar="HOST:PORT",
                       help="a real Kafka cluster instead of the embedded broker (plaintext, "
                            "or as --kafka-config says); the demo creates two topics named "
                            "eos-demo-<run>-*")
@@ -125,23 +91,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=None,
                       help="random seed for the events and the kill moments (default: a random "
                            "one, printed at start)")
-    demo.add_argument("--trigger-ms", type=_positive_int, default=1000,
+    demo.add_argument("--trigger-ms", type=positive_int, default=1000,
                       help="the pipeline's processing-time trigger interval, in milliseconds")
     demo.set_defaults(command_parser=demo)  # its errors read "kafka-eos demo: error: ..."
-    demo.add_argument("--timeout", type=_positive_int, default=900, metavar="SECONDS",
+    demo.add_argument("--timeout", type=positive_int, default=900, metavar="SECONDS",
                       help="give up after this long")
     demo.add_argument("--upsert", action="store_true",
                       help="a change stream (Debezium-style JSON envelopes of a customers table: "
                            "inserts, updates, deletes, late and out-of-order changes, updates "
                            "older than their key's delete) into delta-eos in upsert mode; the "
                            "table is verified against the fold of the changes")
-    demo.add_argument("--keys", type=_positive_int, default=None,
+    demo.add_argument("--keys", type=positive_int, default=None,
                       help="with --upsert: the keys (rows) of the changed table (default "
                            "records / 20, at least 50)")
-    demo.add_argument("--max-offsets-per-trigger", type=_positive_int, default=5000,
+    demo.add_argument("--max-offsets-per-trigger", type=positive_int, default=5000,
                       metavar="N", help="the pipeline's maxOffsetsPerTrigger: at most N "
                                         "records per micro-batch (the final drain takes at "
                                         "least 50000)")
+    _add_demo_broker_flags(demo)
+
+
+def _add_demo_broker_flags(demo: argparse.ArgumentParser) -> None:
+    """The demo's local broker, its data format and its registry."""
     demo.add_argument("--broker", choices=LOCAL_BROKER_KINDS, default="auto",
                       help="without --bootstrap-servers, the local broker to start: auto is "
                            "Apache Kafka from its Maven jars where Java and the jars (cached, "
@@ -152,51 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
                            "written and read back with confluent-kafka's AvroSerializer and "
                            "AvroDeserializer; the pipeline reads with valueFormat=avro and "
                            "writes Avro)")
-    demo.add_argument("--schema-registry-url", type=_registry_url, default=None, metavar="URL",
+    demo.add_argument("--schema-registry-url", type=registry_url, default=None, metavar="URL",
                       help="with --format avro: your Schema Registry's Confluent API base URL "
                            "(a user:password@ in it is used for basic auth and never shown); "
                            "without it the demo starts a local one (Apicurio Registry, as "
                            "`kafka-eos registry` does)")
-    _add_broker_command(commands)
-    _add_registry_command(commands)
-    _add_operator_commands(commands)
-    return parser
 
 
 #: Same as connectors.local.local_broker.LOCAL_BROKER_KINDS (not imported: --help stays fast).
 LOCAL_BROKER_KINDS = ("auto", "apache-kafka", "embedded")
 #: Same as connectors.demo.avro.FORMATS.
 DEMO_FORMATS = ("json", "avro")
-
-
-def _registry_url(text: str) -> str:
-    """An http(s) URL with a host, or several comma-separated (as `schema.registry.url`).
-    The error never repeats a password the text may hold."""
-    from urllib.parse import urlsplit
-
-    from connectors.core.redaction import redact_text
-
-    urls = [u.strip() for u in text.split(",") if u.strip()]
-    for url in urls:
-        try:
-            split = urlsplit(url)
-            ok = split.scheme in ("http", "https") and bool(split.hostname) and (
-                split.port is None or split.port > 0)
-        except ValueError:
-            ok = False
-        if not ok:
-            raise argparse.ArgumentTypeError(
-                f"expected http(s)://host[:port][/path], got {redact_text(url)!r}")
-    if not urls:
-        raise argparse.ArgumentTypeError("expected http(s)://host[:port][/path], got ''")
-    return ",".join(urls)
-
-
-def _port(text: str) -> int:
-    value = _non_negative_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port (0 for any free one), got {value}")
-    return value
 
 
 def _add_broker_command(commands) -> None:
@@ -214,9 +151,9 @@ def _add_broker_command(commands) -> None:
             "Java, no cached jars and no Maven Central) is the embedded Kafka-compatible broker "
             "started, saying what it lacks. Exit status: 0 stopped by Ctrl-C, 3 could not run."
         ),
-        formatter_class=_Help,
+        formatter_class=HelpFormat,
     )
-    broker.add_argument("--port", type=_port, default=9092,
+    broker.add_argument("--port", type=tcp_port, default=9092,
                         help="the PLAINTEXT listener's port on 127.0.0.1; 0 picks a free one")
     broker.add_argument("--broker", choices=LOCAL_BROKER_KINDS, default="auto",
                         help="auto: Apache Kafka where it can run, else the embedded broker; "
@@ -239,18 +176,16 @@ def _add_registry_command(commands) -> None:
             "~/.cache/kafka-eos, about 110 MB; needs Java 17), global compatibility BACKWARD as "
             "Confluent's. Exit status: 0 stopped by Ctrl-C, 3 could not run."
         ),
-        formatter_class=_Help,
+        formatter_class=HelpFormat,
     )
-    registry.add_argument("--port", type=_port, default=8081,
+    registry.add_argument("--port", type=tcp_port, default=8081,
                           help="its HTTP port on 127.0.0.1; 0 picks a free one")
     registry.set_defaults(command_parser=registry)
 
 
-def _add_operator_commands(commands) -> None:
-    """`inspect` and `resolve`: a stopped query's checkpoint, read and settled without Spark
-    (docs/operations.md)."""
+def _add_inspect_command(commands) -> None:
+    """`inspect`: a stopped query's checkpoint, read without Spark (docs/operations.md)."""
     from connectors.inspection import DEFAULT_BATCHES
-    from connectors.resolution import DEFAULT_COMMIT_TIMEOUT_MS, DEFAULT_MIN_IDLE_S
 
     inspect = commands.add_parser(
         "inspect",
@@ -264,20 +199,25 @@ def _add_operator_commands(commands) -> None:
             "their timeout, and what a restart's recovery would do. Writes nothing, contacts "
             "no store; secrets are never shown."
         ),
-        formatter_class=_Help,
+        formatter_class=HelpFormat,
     )
     inspect.add_argument("checkpoint", metavar="CHECKPOINT", help="the query's checkpointLocation")
     window = inspect.add_mutually_exclusive_group()
-    window.add_argument("--batches", type=_non_negative_int, default=DEFAULT_BATCHES, metavar="N",
+    window.add_argument("--batches", type=non_negative_int, default=DEFAULT_BATCHES, metavar="N",
                         help="show the last N batches (batches the sink has not settled are "
                              "always shown)")
     window.add_argument("--all", action="store_true", help="show every batch")
-    window.add_argument("--batch", type=_non_negative_int, default=None, metavar="ID",
+    window.add_argument("--batch", type=non_negative_int, default=None, metavar="ID",
                         help="show this batch only")
     inspect.add_argument("--json", action="store_true", help="print JSON, for scripts")
     inspect.add_argument("--summary", action="store_true",
                          help="print the summary only, no batch detail")
     inspect.set_defaults(command_parser=inspect)
+
+
+def _add_resolve_command(commands) -> None:
+    """`resolve`: a stopped query's pending batches settled without Spark (docs/operations.md)."""
+    from connectors.resolution import DEFAULT_COMMIT_TIMEOUT_MS, DEFAULT_MIN_IDLE_S
 
     resolve = commands.add_parser(
         "resolve",
@@ -292,7 +232,7 @@ def _add_operator_commands(commands) -> None:
             "not record the sink's options: name the store with the flags below; secrets go in "
             "the environment or a properties file, never on the command line."
         ),
-        formatter_class=_Help,
+        formatter_class=HelpFormat,
     )
     resolve.add_argument("checkpoint", metavar="CHECKPOINT", help="the query's checkpointLocation")
     resolve.add_argument("--apply", action="store_true",
@@ -300,12 +240,21 @@ def _add_operator_commands(commands) -> None:
     resolve.add_argument("--force", action="store_true",
                          help="act even though the checkpoint was written to recently (only "
                               "when you know the query is stopped)")
-    resolve.add_argument("--min-idle", type=_non_negative_int, default=DEFAULT_MIN_IDLE_S,
+    resolve.add_argument("--min-idle", type=non_negative_int, default=DEFAULT_MIN_IDLE_S,
                          metavar="SECONDS",
                          help="refuse to act if anything in the checkpoint is younger than this")
     resolve.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    _add_store_flags(resolve)
+    resolve.add_argument("--commit-timeout", type=positive_int,
+                         default=DEFAULT_COMMIT_TIMEOUT_MS // 1000, metavar="SECONDS",
+                         help="give up a commit (with its retries) after this long")
+    resolve.set_defaults(command_parser=resolve)
+
+
+def _add_store_flags(resolve: argparse.ArgumentParser) -> None:
+    """What resolve needs to reach each sink's store: the checkpoint records none of it."""
     kafka = resolve.add_argument_group("kafka-eos sink")
-    kafka.add_argument("--bootstrap", type=_bootstrap, default=None, metavar="HOST:PORT",
+    kafka.add_argument("--bootstrap", type=bootstrap_servers, default=None, metavar="HOST:PORT",
                        help="the output cluster's bootstrap servers")
     kafka.add_argument("--kafka-config", default=None, metavar="PATH",
                        help="Kafka client settings (Java-style properties file: "
@@ -323,10 +272,11 @@ def _add_operator_commands(commands) -> None:
                             "standard environment, e.g. AWS_*)")
     delta.add_argument("--app-id", default=None,
                        help="the sink's appId option, if the query set one")
-    resolve.add_argument("--commit-timeout", type=_positive_int,
-                         default=DEFAULT_COMMIT_TIMEOUT_MS // 1000, metavar="SECONDS",
-                         help="give up a commit (with its retries) after this long")
-    resolve.set_defaults(command_parser=resolve)
+    own = resolve.add_argument_group("your own sink kind (docs/writing-a-sink.md)")
+    own.add_argument("--kind-module", action="append", default=[], metavar="MODULE",
+                     help="import MODULE first: it registers your sink kind (repeatable)")
+    own.add_argument("--store-option", action="append", default=[], metavar="KIND:NAME=VALUE",
+                     help="a setting your sink kind declares in store_settings (repeatable)")
 
 
 def _kafka_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
@@ -342,7 +292,7 @@ def _kafka_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     from_file = conf.pop("bootstrap.servers", None)
     if args.bootstrap_servers is None and from_file is not None:
         try:
-            args.bootstrap_servers = _bootstrap(from_file)
+            args.bootstrap_servers = bootstrap_servers(from_file)
         except argparse.ArgumentTypeError as exc:
             parser.error(f"argument --kafka-config: {args.kafka_config}: bootstrap.servers: {exc}")
     if args.bootstrap_servers is None:
@@ -550,6 +500,7 @@ def _resolve(args: argparse.Namespace) -> int:
             storage_options=parse_key_values(args.storage_option, "--storage-option"),
             app_id=args.app_id,
             commit_timeout_ms=args.commit_timeout * 1000,
+            kind_settings=_kind_settings(args),
         )
     except OptionError as exc:
         parser.error(str(exc))
@@ -573,6 +524,28 @@ def _resolve(args: argparse.Namespace) -> int:
     else:
         print(render_text(report), end="")
     return EXIT_OK
+
+
+def _kind_settings(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """--kind-module's modules imported (each registers a user's sink kind), and
+    --store-option's KIND:NAME=VALUE settings, by kind."""
+    from importlib import import_module
+
+    from connectors.core.options import OptionError
+    from connectors.resolution import parse_key_values
+
+    for module in args.kind_module:
+        try:
+            import_module(module)
+        except ImportError as exc:
+            raise OptionError("--kind-module", f"cannot import {module}: {exc}") from None
+    settings: dict[str, dict[str, str]] = {}
+    for key, value in parse_key_values(args.store_option, "--store-option").items():
+        kind, sep, name = key.partition(":")
+        if not (sep and kind and name):
+            raise OptionError("--store-option", f"expected KIND:NAME=VALUE, got {key!r}")
+        settings.setdefault(kind, {})[name] = value
+    return settings
 
 
 def _resolve_kafka_conf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:

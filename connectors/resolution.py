@@ -99,6 +99,7 @@ def build_sink(txlog: TransactionLog, plan: RecoveryPlan, store: StoreOptions) -
         raise ResolveError(f"batch {plan.batch_id}: handles of an unknown or mixed kind "
                            f"({sorted({kind_of(h) for h in batch.handles})}): not settled by "
                            "resolve")
+    kind.check_store_settings(store)
     return kind.recovery_sink(batch)
 
 

@@ -50,6 +50,14 @@ class StoreOptions:
     storage_options: dict[str, str] = field(default_factory=dict, repr=False)
     app_id: str | None = None
     commit_timeout_ms: int = DEFAULT_COMMIT_TIMEOUT_MS
+    #: Kind name -> the settings of a sink kind outside this package (a user's own store): the
+    #: names its `SinkKind.store_settings` declares, read by its `recovery_sink` with
+    #: `SinkKind.store_setting` (`kafka-eos resolve --store-option KIND:NAME=VALUE`).
+    kind_settings: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+
+    def settings_of(self, kind: str) -> dict[str, str]:
+        """The settings the operator named for that kind (empty if none)."""
+        return self.kind_settings.get(kind, {})
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,10 @@ class SinkKind(ABC):
     #: Keys only this sink's handles have: how a handle written before handles recorded their
     #: kind is recognised (empty for a sink whose handles always carried it).
     legacy_keys: ClassVar[tuple[str, ...]] = ()
+    #: The settings resolve needs to reach this kind's store, none of which the checkpoint
+    #: records: name -> what it is (for the message when one is missing). The operator gives
+    #: them in `StoreOptions.kind_settings[name]`; a name not declared here is refused.
+    store_settings: ClassVar[Mapping[str, str]] = {}
 
     @abstractmethod
     def describe(self, handle: Mapping[str, Any], now_ms: int, open_txn: bool) -> dict[str, Any]:
@@ -102,6 +114,25 @@ class SinkKind(ABC):
     @abstractmethod
     def text(self, described: Mapping[str, Any]) -> str:
         """`describe`'s fields as `inspect`'s one line per handle."""
+
+    def store_setting(self, batch: PendingBatch, name: str) -> str:
+        """One of `store_settings`, as the operator named it; a ResolveError naming the flag
+        when it is missing."""
+        value = batch.store.settings_of(self.name).get(name)
+        if value is None:
+            what = self.store_settings.get(name, name)
+            raise ResolveError(f"the log holds {self.name} handles: name {what} with "
+                               f"--store-option {self.name}:{name}=VALUE (or "
+                               f"StoreOptions.kind_settings[{self.name!r}][{name!r}])")
+        return value
+
+    def check_store_settings(self, store: StoreOptions) -> None:
+        """Refuse a setting this kind does not declare (a typo would otherwise be ignored)."""
+        unknown = sorted(set(store.settings_of(self.name)) - set(self.store_settings))
+        if unknown:
+            known = ", ".join(sorted(self.store_settings)) or "none"
+            raise ResolveError(f"sink kind {self.name} has no setting {', '.join(unknown)} "
+                               f"(its settings: {known})")
 
     @abstractmethod
     def recovery_sink(self, batch: PendingBatch) -> TwoPhaseCommitSink:
