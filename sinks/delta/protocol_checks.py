@@ -153,6 +153,9 @@ def check_writable(table: DeltaTable, path: str) -> None:
 
 
 def _problems(table: DeltaTable) -> Iterator[str]:
+    """Why the sink may not write to `table`, one reason per line (none: it may): the protocol's
+    versions, then the table features it supports, the columns that make a conditional feature
+    active, and the table properties the sink cannot honour."""
     protocol = table.protocol()
     reader = protocol.min_reader_version
     writer = protocol.min_writer_version
@@ -167,7 +170,15 @@ def _problems(table: DeltaTable) -> Iterator[str]:
             f"{WAY_OUT}"
         )
         return
+    yield from _feature_problems(protocol)
+    yield from _column_problems(fields)
+    yield from _property_problems(config)
 
+
+def _feature_problems(protocol: Any) -> Iterator[str]:
+    """The table features the protocol supports that the sink refuses."""
+    reader = protocol.min_reader_version
+    writer = protocol.min_writer_version
     # Which features the table supports: listed (reader 3 / writer 7), else implied by the
     # legacy versions, each of which includes the ones below it.
     features: set[str] = set()
@@ -192,8 +203,10 @@ def _problems(table: DeltaTable) -> Iterator[str]:
                 if feature not in ("identityColumns", "catalogManaged") and not legacy else "")
         yield f"it uses the table feature '{feature}'{legacy}: {reason}; {WAY_OUT}{drop}"
 
-    # The conditional features: what makes them active, whatever the protocol says (a table
-    # carrying the metadata on a protocol that does not list the feature is refused too).
+
+def _column_problems(fields: list[dict[str, Any]]) -> Iterator[str]:
+    """The conditional features: what makes them active, whatever the protocol says (a table
+    carrying the metadata on a protocol that does not list the feature is refused too)."""
     for name, field in _walk(fields):
         meta = field.get("metadata") or {}
         if "delta.invariants" in meta:
@@ -226,6 +239,10 @@ def _problems(table: DeltaTable) -> Iterator[str]:
                 f"delta-eos does not write; {WAY_OUT}"
             )
 
+
+def _property_problems(config: dict[str, tuple[str, str]]) -> Iterator[str]:
+    """CHECK constraints, column mapping and a txn retention: table properties the sink
+    cannot honour."""
     constraints = sorted(
         (key[len("delta.constraints."):], value)
         for low, (key, value) in config.items() if low.startswith("delta.constraints.")
