@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from connectors.core.paths import Location, resolve_location
-from sinks import checkpoint
+from sinks import query_identity
 from sinks.txn_log import LOG_DIR
 from sources.offsets import TOPIC_IDS_KEY
 
@@ -88,7 +88,7 @@ class SparkCheckpoint:
     # -- what Spark logged ------------------------------------------------------------------
 
     def query_id(self) -> str | None:
-        return checkpoint.query_id(self.location)
+        return query_identity.query_id(self.location)
 
     def offset_batches(self) -> list[int]:
         return self._batch_ids("offsets")

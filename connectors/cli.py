@@ -462,7 +462,7 @@ def _registry(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from connectors.inspection import NoSuchBatch, inspect_checkpoint, render_json, render_text
-    from connectors.spark_checkpoint import NotACheckpoint
+    from connectors.checkpoint_reader import NotACheckpoint
 
     try:
         report = inspect_checkpoint(args.checkpoint, batches=None if args.all else args.batches,
@@ -487,7 +487,7 @@ def _resolve(args: argparse.Namespace) -> int:
         resolve_checkpoint,
         store_from_env_var,
     )
-    from connectors.spark_checkpoint import NotACheckpoint
+    from connectors.checkpoint_reader import NotACheckpoint
 
     enable_structured_logs("WARNING")  # a store's warnings with level and logger; the report says the rest
     parser = args.command_parser

@@ -20,7 +20,7 @@ import sinks.delta.kind  # noqa: F401
 import sinks.kafka.kind  # noqa: F401
 import sinks.postgres.kind  # noqa: F401
 from connectors.core.redaction import redact
-from connectors.spark_checkpoint import OffsetEntry, SparkCheckpoint, idle_seconds
+from connectors.checkpoint_reader import OffsetEntry, SparkCheckpoint, idle_seconds
 from sinks.kinds import duration_text, kind_of, sink_kind
 from sinks.recovery_plan import RecoveryPlan, plan_recovery
 from sinks.txn_log import BatchState, Handle, TransactionLog

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.inspection import sink_log
 from connectors.core.options import OptionError, is_secret
 from connectors.core.redaction import redact
-from connectors.spark_checkpoint import SparkCheckpoint, idle_seconds
+from connectors.checkpoint_reader import SparkCheckpoint, idle_seconds
 from sinks.kinds import (
     DEFAULT_COMMIT_TIMEOUT_MS,
     PendingBatch,

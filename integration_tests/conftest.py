@@ -11,7 +11,7 @@ import pytest
 
 from connectors.core.logs import LEVEL_ENV
 from connectors.local.apache_kafka import KAFKA_CDS_ENV
-from connectors.local.broker import Broker
+from connectors.local.broker_handle import Broker
 from connectors.local.spark import SPARK_CDS_ENV, local_spark
 from integration_tests.support.brokers import kafka_broker
 from integration_tests.support.class_sharing import (

@@ -4,7 +4,7 @@ folder's root holds the template and its log only.
     two_phase_commit.py  TwoPhaseCommitSink: the commit protocol, once (Flink's
                          TwoPhaseCommitSinkFunction for Spark); subclass it for your own store
                          (docs/writing-a-sink.md)
-    txn_log.py, recovery_plan.py, checkpoint.py, target_identity.py, faults.py
+    txn_log.py, recovery_plan.py, query_identity.py, target_identity.py, faults.py
                          what the template keeps under the checkpoint, how a restart recovers,
                          the table a checkpoint commits into, the crash matrix's kill points
     kinds.py             the sink kinds: how inspect and resolve describe and settle each

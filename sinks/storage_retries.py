@@ -1,7 +1,7 @@
 """Retrying the sinks' own storage operations that failed for a while.
 
 Shared by every sink: the transaction log (sinks/txn_log.py), the reads of Spark's checkpoint
-(sinks/checkpoint.py) and the Delta sink's reads and orphan sweep (sinks/delta/sink.py).
+(sinks/query_identity.py) and the Delta sink's reads and orphan sweep (sinks/delta/sink.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import json
 import threading
 
 from connectors.core.options import OptionError
-from sinks.checkpoint import last_committed_batch
+from sinks.query_identity import last_committed_batch
 from sinks.txn_log import TransactionLog
 
 #: Beside the template's `eos-sink` transaction log.

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from connectors.cli import EXIT_CANNOT_RUN, EXIT_USAGE, build_parser, main
-from connectors.local.broker import free_port
+from connectors.local.broker_handle import free_port
 
 
 def test_the_broker_command_defaults_to_kafkas_port_and_apache_kafka_where_it_can():

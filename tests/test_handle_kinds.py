@@ -23,7 +23,7 @@ from deltalake import write_deltalake
 from connectors.cli import main
 from connectors.inspection import describe_handle, inspect_checkpoint, render_text, sink_log
 from connectors.resolution import ResolveError, StoreOptions, build_sink, resolve_checkpoint
-from connectors.spark_checkpoint import SparkCheckpoint
+from connectors.checkpoint_reader import SparkCheckpoint
 from integration_tests.support.task_context import task  # noqa: F401  (a fixture)
 from sinks.delta.handles import append_handle, upsert_handle
 from sinks.kafka.handles import kafka_handle

@@ -14,7 +14,7 @@ import pytest
 from connectors.cli import EXIT_CANNOT_RUN, EXIT_QUERY_MAY_BE_RUNNING, EXIT_USAGE, main
 from connectors.inspection import inspect_checkpoint
 from connectors.core.redaction import redact, redact_text
-from connectors.spark_checkpoint import parse_offsets_file
+from connectors.checkpoint_reader import parse_offsets_file
 from sinks.txn_log import TransactionLog
 
 PASSWORD = "s3cr3t-Pa55"

@@ -74,7 +74,7 @@ SINKS_DIR = Path(__file__).resolve().parents[1] / "sinks"
 #: The modules every sink package has, each for the same concern (sinks/__init__.py).
 SHAPE = ("__init__", "data_source", "options", "ids", "handles", "kind", "errors", "sink")
 #: What the root of sinks/ holds: the template and its log, nothing of any one store.
-TEMPLATE = {"__init__", "two_phase_commit", "txn_log", "recovery_plan", "checkpoint", "kinds",
+TEMPLATE = {"__init__", "two_phase_commit", "txn_log", "recovery_plan", "query_identity", "kinds",
             "data_source", "storage_retries", "faults", "target_identity"}
 
 

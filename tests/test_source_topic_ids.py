@@ -338,7 +338,7 @@ def test_admin_client_gets_no_consumer_only_settings(monkeypatch):
 
 def test_checkpoint_inspection_reads_offsets_with_ids():
     """`inspect` and `resolve` read the offsets lines without Spark: the ids are not offsets."""
-    from connectors.spark_checkpoint import parse_offsets_file
+    from connectors.checkpoint_reader import parse_offsets_file
 
     line = json.dumps(off.to_json({P0: 5, P1: 7}, {"lat": OLD}))
     (source,) = parse_offsets_file(3, f'v1\n{{"batchTimestampMs":1}}\n{line}\n').sources

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from connectors.local.broker import Broker, FreezeUnsupported
+from connectors.local.broker_handle import Broker, FreezeUnsupported
 from integration_tests.support import brokers as b
 
 ROOT = Path(__file__).resolve().parents[1]

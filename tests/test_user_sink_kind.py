@@ -14,7 +14,7 @@ import pytest
 
 from connectors.inspection import sink_log
 from connectors.resolution import ResolveError, StoreOptions, resolve_checkpoint
-from connectors.spark_checkpoint import SparkCheckpoint
+from connectors.checkpoint_reader import SparkCheckpoint
 from sinks import TaskInfo, TwoPhaseCommitSink
 from sinks.kinds import PendingBatch, SinkKind, register
 

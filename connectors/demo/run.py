@@ -596,7 +596,7 @@ def _clear_unfinished_first_offsets(checkpoints: str, out: TextIO,
                                     queries: tuple[str, ...]) -> None:
     """A kill while Spark wrote a query's first offsets leaves a file Spark refuses to start
     on; what `kafka-eos resolve --apply` removes, the demo removes before its restart."""
-    from connectors.spark_checkpoint import NotACheckpoint, SparkCheckpoint
+    from connectors.checkpoint_reader import NotACheckpoint, SparkCheckpoint
 
     for query in queries:
         path = os.path.join(checkpoints, query)

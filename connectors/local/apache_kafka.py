@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from connectors.local.broker import wait_until_ready, free_port, port_free
+from connectors.local.broker_handle import wait_until_ready, free_port, port_free
 
 log = logging.getLogger(__name__)
 

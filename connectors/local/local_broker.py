@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.core import extras
-from connectors.local.broker import Broker, port_free
+from connectors.local.broker_handle import Broker, port_free
 from connectors.local.tansu import tansu_broker
 
 #: `kafka-eos broker --broker` / `demo --broker`: which local broker to start.

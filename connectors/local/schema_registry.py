@@ -46,7 +46,7 @@ from connectors.local.apache_kafka import (
     ivy_jar,
     stop_process,
 )
-from connectors.local.broker import free_port, port_free
+from connectors.local.broker_handle import free_port, port_free
 
 log = logging.getLogger(__name__)
 

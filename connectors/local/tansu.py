@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 
 from connectors.core import extras
-from connectors.local.broker import Broker, free_port, wait_until_ready
+from connectors.local.broker_handle import Broker, free_port, wait_until_ready
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ runs the sink's protocol in this process, the transaction log and the table in o
 behind the same proxy, two of its Delta commits landing while delta-rs is told they failed.
 
 What failed before the sink retried its own storage steps (sinks/storage_retries.py
-with_storage_retries, used by sinks/txn_log.py, sinks/checkpoint.py, sinks/delta/sink.py and
+with_storage_retries, used by sinks/txn_log.py, sinks/query_identity.py, sinks/delta/sink.py and
 upsert.py; docs/operations.md#object-storage-outages):
 * the 30 s outage: the query ended within a second of it, at batch 2's planning
   (QueryStartFailed: "OSError: When getting information for key 't/_delta_log/

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from connectors.cli import main
-from connectors.spark_checkpoint import SparkCheckpoint
+from connectors.checkpoint_reader import SparkCheckpoint
 
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'
 

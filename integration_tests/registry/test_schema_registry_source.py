@@ -483,7 +483,7 @@ def test_undecodable_payloads_in_protobuf_and_json(spark, bootstrap, registry_ur
 
 def test_unreachable_registry_is_retried_then_named_without_credentials(spark, bootstrap,
                                                                         avro_topic):
-    from connectors.local.broker import free_port
+    from connectors.local.broker_handle import free_port
 
     secret = "pw-" + uuid.uuid4().hex[:8]
     url = f"http://reader:{secret}@127.0.0.1:{free_port()}"

@@ -31,7 +31,7 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 
-from connectors.local.broker import Broker
+from connectors.local.broker_handle import Broker
 from integration_tests.support.secured_listeners import SecuredBroker, secured_listener
 
 # -- fixtures ------------------------------------------------------------------------------

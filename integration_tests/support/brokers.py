@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.local.apache_kafka import LATEST, Generation, apache_kafka, property_value
-from connectors.local.broker import Broker, wait_until_ready
+from connectors.local.broker_handle import Broker, wait_until_ready
 from integration_tests.support.certs import generate_test_pki
 
 log = logging.getLogger(__name__)

@@ -174,7 +174,7 @@ def dump_kafka_archives(folder: Path) -> None:
     goes on without the archives, which the JVMs started after the dump then map. A failure
     only costs the speed-up."""
     from connectors.local.apache_kafka import GENERATION_3, LATEST, ApacheKafka, kafka_jars
-    from connectors.local.broker import free_port
+    from connectors.local.broker_handle import free_port
 
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".dump.lock", "w") as lock:

@@ -55,7 +55,7 @@ from connectors.local.apache_kafka import (
     new_cluster_id,
     properties_text,
 )
-from connectors.local.broker import free_port
+from connectors.local.broker_handle import free_port
 
 log = logging.getLogger(__name__)
 

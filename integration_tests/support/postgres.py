@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from connectors.local.broker import free_port
+from connectors.local.broker_handle import free_port
 
 #: Where a server runs when the tests run as root.
 SERVICE_USER = "postgres"

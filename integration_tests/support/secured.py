@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors.local.broker import Broker
+from connectors.local.broker_handle import Broker
 from integration_tests.support.secured_listeners import SecuredBroker, secured_listener
 
 __all__ = ["SecuredBroker", "secured_cluster", "secured_kafka_broker"]

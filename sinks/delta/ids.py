@@ -14,7 +14,7 @@ batch is in the table) and names its data files (`file_tag`, for the orphan clea
 from __future__ import annotations
 
 from connectors.core.digest import short_digest
-from sinks.checkpoint import recorded_writer_identity
+from sinks.query_identity import recorded_writer_identity
 from sinks.txn_log import TransactionLog
 
 APP_ID_HEAD = "delta-eos-"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from connectors.core.options import OptionError, Options
 from connectors.core.paths import normalise
 from sinks.delta.storage import check_delta_storage
-from sinks.checkpoint import writer_identity
+from sinks.query_identity import writer_identity
 from sinks.delta.ids import batch_app_id, file_tag, legacy_identity, streaming_app_id
 from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from connectors.core.options import OptionError
 from connectors.core.paths import resolve_location
 from sinks.storage_retries import with_storage_retries
-from sinks.checkpoint import last_committed_batch
+from sinks.query_identity import last_committed_batch
 from sinks.delta import protocol_checks
 from sinks.delta.file_stats import file_stats
 from sinks.delta.handles import AppendHandle, DataFile, append_handle
