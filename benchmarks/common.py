@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.core.kafka_client import consumer_conf
+from connectors.core.kafka.client import consumer_conf
 from sinks.two_phase_commit import METRICS_ENV
 
 # -- the machine --------------------------------------------------------------------------------

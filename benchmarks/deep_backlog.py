@@ -27,7 +27,7 @@ VALUE = b"0123456789abcdef"
 
 def run(bootstrap: str, records: int, partitions: int, limit: int | None,
         batches: int) -> dict:
-    from connectors.core.kafka_client import KafkaMetadata
+    from connectors.core.kafka.client import KafkaMetadata
     from connectors.local.spark import local_spark
     from integration_tests.support.kafka_data import (create_topic, delete_topic, produce_backlog,
                                               unique_topic)

@@ -551,7 +551,7 @@ def _kind_settings(args: argparse.Namespace) -> dict[str, dict[str, str]]:
 def _resolve_kafka_conf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
     """--kafka-config's settings, then --kafka-option's, then --bootstrap, in librdkafka's
     names."""
-    from connectors.core.kafka_java_options import translate
+    from connectors.core.kafka.java_options import translate
     from connectors.resolution import parse_key_values
 
     conf: dict[str, str] = {}

@@ -3,7 +3,7 @@ read from a Java-style properties file (as Kafka's own tools take with `--comman
 that no secret is ever in a command's argv.
 
 The file is read once, by the command line (`demo`, `resolve`); its settings, in librdkafka's
-names (`connectors.core.kafka_java_options.translate`), go to every Kafka client of the command.
+names (`connectors.core.kafka.java_options.translate`), go to every Kafka client of the command.
 The demo's: the event producer, the topic set-up, the pipeline's `kafka-eos` source and sink
 (as `kafka.<key>` options; the pipeline process gets them in the environment variable `ENV`,
 never in its argv) and the verification's reader. Nothing here echoes the value of a secret.
@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from connectors.core.kafka_java_options import translate
+from connectors.core.kafka.java_options import translate
 from connectors.core.options import OptionError, is_secret, redact
 
 #: The environment variable that hands the translated settings (JSON) to the pipeline process.

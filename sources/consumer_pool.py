@@ -35,7 +35,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from connectors.core.digest import short_digest
-from connectors.core.kafka_client import consumer_conf
+from connectors.core.kafka.client import consumer_conf
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from connectors.core.kafka_client import consumer_conf
+from connectors.core.kafka.client import consumer_conf
 from sources.offsets import PartitionOffsets
 
 log = logging.getLogger(__name__)

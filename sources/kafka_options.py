@@ -11,14 +11,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
-from connectors.core.kafka_client import RETRY_TIMEOUT_OPTION, RetryPolicy, librdkafka_conf
+from connectors.core.kafka.client import RETRY_TIMEOUT_OPTION, RetryPolicy, librdkafka_conf
 from connectors.core.options import OptionError, Options
 from connectors.core.schema_registry.options import OPTION_PREFIX as REGISTRY_PREFIX
 from connectors.core.schema_registry.options import RegistryOptions, registry_option_names
 from connectors.core.paths import normalise
 from sources.offsets import PartitionOffsets, parse_offsets_option
 from sources.task_packing import DEFAULT_TARGET_TASKS
-from connectors.core.kafka_format import FORMAT_NAME
+from connectors.core.kafka.format import FORMAT_NAME
 
 log = logging.getLogger(__name__)
 

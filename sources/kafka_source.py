@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from connectors.core.kafka_format import FORMAT_NAME
+from connectors.core.kafka.format import FORMAT_NAME
 from connectors.core.options import OptionError
 from connectors.core.worker_gc import freeze_long_lived
 from sources import offsets as off

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from connectors.core.options import OptionError
 from sources.kafka_options import KafkaSourceOptions, StartSpec, Subscription
-from connectors.core.kafka_client import (
+from connectors.core.kafka.client import (
     KafkaMetadata,
     KafkaRetriesExhausted,
     admin_conf,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from connectors.core.kafka_client import is_transient
+from connectors.core.kafka.client import is_transient
 from sources import range_reader as rr
 from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
 from sources.offsets import OffsetRange

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from connectors.core.kafka_client import RetryPolicy, is_transient
+from connectors.core.kafka.client import RetryPolicy, is_transient
 from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
 from sources.offsets import OffsetRange
 

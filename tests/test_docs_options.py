@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from connectors.cli import build_parser
-from connectors.core.kafka_java_options import REFUSED_JAVA_OPTIONS
+from connectors.core.kafka.java_options import REFUSED_JAVA_OPTIONS
 from connectors.core.options import ALWAYS_ACCEPTED_OPTIONS
 from sinks.kafka import options as kafka_sink
 from sinks.postgres import options as postgres_options

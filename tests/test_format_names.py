@@ -1,4 +1,4 @@
-"""Each format's name is said once in the package (`FORMAT_NAME` in connectors/core/kafka_format.py,
+"""Each format's name is said once in the package (`FORMAT_NAME` in connectors/core/kafka/format.py,
 sinks/delta/options.py, sinks/postgres/options.py) and imported everywhere else, so that a
 rename cannot leave a message or a handle's kind behind. Typing's `Literal[...]` must spell it
 out, and docstrings show users' code: both may."""
@@ -12,7 +12,7 @@ from tests.test_architecture import ROOT, _wheel_files
 
 NAMES = {"kafka-eos", "delta-eos", "postgres-eos"}
 #: Where each name is defined.
-DEFINED = {"connectors/core/kafka_format.py": {"kafka-eos"},
+DEFINED = {"connectors/core/kafka/format.py": {"kafka-eos"},
            "sinks/delta/options.py": {"delta-eos"},
            "sinks/postgres/options.py": {"postgres-eos"}}
 #: "kafka-eos" as the project's name, not a format's: the command, its cache, its clients.

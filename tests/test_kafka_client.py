@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.core.kafka_client import (
+from connectors.core.kafka.client import (
     ClusterConnectionError,
     KafkaRetriesExhausted,
     RetryPolicy,
@@ -43,7 +43,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr("connectors.core.kafka_client.time.monotonic", lambda: c.now)
+    monkeypatch.setattr("connectors.core.kafka.client.time.monotonic", lambda: c.now)
     monkeypatch.setattr("tenacity.time.monotonic", lambda: c.now, raising=False)
     return c
 
@@ -178,7 +178,7 @@ def _fake_admin(answers):
     ],
 )
 def test_broker_max_transaction_timeout(monkeypatch, answers, expected):
-    from connectors.core import kafka_client
+    from connectors.core.kafka import client as kafka_client
 
     monkeypatch.setattr(kafka_client, "AdminClient", _fake_admin(answers))
     assert kafka_client.broker_max_transaction_timeout_ms({"bootstrap.servers": "b:1"}) == expected
@@ -189,7 +189,7 @@ def test_silence_fails_a_configuration_never_answered_and_is_waited_for_once_it_
     listener often looks like silence); once the configuration reached the cluster in this
     process, silence is a broker restarting or a network cut, retried under kafkaRetryTimeout.
     (Treating every silence as transient made the secured-refusal tests' queries wait.)"""
-    import connectors.core.kafka_client as kc
+    import connectors.core.kafka.client as kc
 
     conf = {"bootstrap.servers": "127.0.0.1:1"}
     monkeypatch.setattr(kc, "_REACHED", set())

@@ -1,7 +1,7 @@
 """The cluster's security settings, one option at a time: the Java client's names translated to
-librdkafka's, PKCS#12 stores converted to PEM (connectors/core/kafka_java_options.py),
-kafka-python's settings derived from them (connectors/core/kafka_python_security.py), the
-OIDC token provider against a real local HTTP server (connectors/core/oidc_token.py), the
+librdkafka's, PKCS#12 stores converted to PEM (connectors/core/kafka/java_options.py),
+kafka-python's settings derived from them (connectors/core/kafka/python_security.py), the
+OIDC token provider against a real local HTTP server (connectors/core/kafka/oidc_token.py), the
 hints given for a failed connection, and secrets never shown. Pure logic: no broker, no Spark.
 TLS is proven by real handshakes between in-memory sockets (ssl.MemoryBIO), against
 certificates generated for the test run.
@@ -26,16 +26,16 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
-from connectors.core import kafka_java_options
-from connectors.core.kafka_client import librdkafka_conf
-from connectors.core.kafka_java_options import PROTOCOLS, parse_jaas, translate
-from connectors.core.kafka_python_security import (
+from connectors.core.kafka import java_options as kafka_java_options
+from connectors.core.kafka.client import librdkafka_conf
+from connectors.core.kafka.java_options import PROTOCOLS, parse_jaas, translate
+from connectors.core.kafka.python_security import (
     check_commit_mechanism,
     connection_hint,
     kafka_python_config,
     ssl_context,
 )
-from connectors.core.oidc_token import OidcTokenProvider
+from connectors.core.kafka.oidc_token import OidcTokenProvider
 from connectors.core.options import OptionError, Options, redact
 from integration_tests.support.certs import TestPKI, generate_test_pki
 

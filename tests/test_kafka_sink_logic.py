@@ -30,7 +30,7 @@ from sinks.kafka.commit_client import (
     error_name,
     txn_error,
 )
-from connectors.core.kafka_client import KafkaRetriesExhausted, RetryPolicy
+from connectors.core.kafka.client import KafkaRetriesExhausted, RetryPolicy
 from connectors.core.options import OptionError, Options
 from sinks.kafka import errors as kerrors
 from sinks.kafka import producer as kproducer

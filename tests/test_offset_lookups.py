@@ -1,4 +1,4 @@
-"""The shape of the driver's offset look-ups (connectors/core/kafka_client.KafkaMetadata): every
+"""The shape of the driver's offset look-ups (connectors/core/kafka/client.py, KafkaMetadata): every
 partition's earliest, latest or by-time offset in one ListOffsets call of the admin client
 (one request per partition leader, sent by librdkafka), under the query's isolation level,
 retried as a whole under kafkaRetryTimeout. No broker: a recording admin client. The answers
@@ -12,8 +12,8 @@ import concurrent.futures
 import pytest
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException
 
-import connectors.core.kafka_client as kc
-from connectors.core.kafka_client import KafkaMetadata
+import connectors.core.kafka.client as kc
+from connectors.core.kafka.client import KafkaMetadata
 from sources.kafka_options import parse_source_options
 from sources.offset_lookup import OffsetLookup
 
@@ -133,7 +133,7 @@ def test_a_partition_without_a_known_leader_is_a_transient_error(admin):
     """ListOffsets says _NOENT ("No leaders found") for a partition whose leader the client
     does not know (measured: a topic just created, one being elected); the consumer's look-up
     said _UNKNOWN_PARTITION, retried. So is this: retried whole, then answered."""
-    from connectors.core.kafka_client import is_transient
+    from connectors.core.kafka.client import is_transient
 
     opts = parse_source_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t",
                                  "fetchOffset.retryIntervalMs": "0"}, batch=False)
@@ -152,7 +152,7 @@ def test_a_negative_offset_without_an_error_is_no_answer_and_is_retried(admin):
     """Seen on Apache Kafka 3.9 while a lost quorum came back: a latest offset of -1001 with no
     error, which the source took for an offset that went back from 400 (data loss, the query
     failed). Retried as transient instead; by timestamp, -1 stays the answer 'no record'."""
-    from connectors.core.kafka_client import is_transient
+    from connectors.core.kafka.client import is_transient
 
     opts = parse_source_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t",
                                  "fetchOffset.retryIntervalMs": "0"}, batch=False)

@@ -15,7 +15,7 @@ from sources.kafka_options import parse_source_options
 from sources.kafka_source import KafkaBatchReader, KafkaStreamReader
 from sources.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from sources.range_reader import DataLossError
-from connectors.core.kafka_client import KafkaRetriesExhausted
+from connectors.core.kafka.client import KafkaRetriesExhausted
 from sources.offset_lookup import OffsetLookup
 
 P0: TopicPartition = ("lat", 0)
@@ -192,7 +192,7 @@ def test_replayed_batch_whose_offsets_went_back_fails_with_fail_on_data_loss():
 
 
 class FakeMetadata:
-    """Stands in for connectors.core.kafka_client.KafkaMetadata: scripted topics, watermarks and
+    """Stands in for connectors.core.kafka.client.KafkaMetadata: scripted topics, watermarks and
     offsets by time; `failures` transient errors before each kind of look-up answers."""
 
     def __init__(self, highs: list[PartitionOffsets], *, by_time=None, failures: int = 0) -> None:

@@ -16,7 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from sources import offsets as off
 from sources.offsets import OffsetRange
 from sources.range_reader import DataLossError
-from connectors.core.kafka_client import KafkaRetriesExhausted
+from connectors.core.kafka.client import KafkaRetriesExhausted
 from sources.offset_lookup import OffsetLookup
 from tests.test_source_stream_reader import P0, NoBroker, ScriptedLookup, _options, _reader
 
@@ -314,7 +314,7 @@ def test_topic_ids_retry_transient_errors_and_give_up_quietly_on_refusals(caplog
 
 def test_admin_client_gets_no_consumer_only_settings(monkeypatch):
     """One admin client serves the topic ids and the offset look-ups (KafkaMetadata's)."""
-    import connectors.core.kafka_client as kc
+    import connectors.core.kafka.client as kc
 
     seen: list[dict] = []
 

@@ -1,8 +1,13 @@
 """The base every format stands on: what the source (sources/) and the sinks (sinks/) share.
 
-Options and their errors, checkpoint and table paths, the Kafka clients' configuration (the
-Java dialect translated, kafka-python's settings, OIDC tokens), redaction of secrets, the
-package's structured log lines and its pip extras, and the Schema Registry formats. Nothing
-here imports `sources`, `sinks` or the rest of `connectors` (the contracts in pyproject.toml's
+At the root, what every format uses: options and their errors, checkpoint and table paths,
+redaction of secrets, the package's structured log lines, its pip extras, short digests. Two
+sub-packages hold what only the Kafka side uses:
+
+    kafka/            the Kafka clients' configuration (librdkafka's, the Java dialect
+                      translated, kafka-python's TLS and SASL, OIDC tokens) and admin calls
+    schema_registry/  the Schema Registry formats (Avro, Protobuf, JSON Schema)
+
+Nothing here imports `sources`, `sinks` or the rest of `connectors` (the contracts in pyproject.toml's
 [tool.importlinter] hold it so).
 """

@@ -34,7 +34,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from connectors import kafka_config_file
-from connectors.core.kafka_format import FORMAT_NAME as KAFKA_EOS
+from connectors.core.kafka.format import FORMAT_NAME as KAFKA_EOS
 from connectors.demo import avro as demo_avro
 from connectors.demo.avro import FORMATS, OUTPUT_RECORD
 from connectors.demo.changes import ENVELOPE_TYPE

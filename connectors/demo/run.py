@@ -31,8 +31,8 @@ from connectors.demo import verify
 from connectors.demo.avro import to_env as demo_avro_env
 from connectors.demo.changes import sample_changes
 from connectors.demo.events import EventProducer, sample_events
-from connectors.core.kafka_format import FORMAT_NAME as KAFKA_EOS
-from connectors.core.kafka_python_security import connection_hint
+from connectors.core.kafka.format import FORMAT_NAME as KAFKA_EOS
+from connectors.core.kafka.python_security import connection_hint
 from sinks.delta.options import FORMAT_NAME as DELTA_EOS
 from sinks.two_phase_commit import METRICS_ENV
 

@@ -21,7 +21,7 @@ from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.record.memory_records import MemoryRecords
 
-from connectors.core.kafka_python_security import kafka_python_config
+from connectors.core.kafka.python_security import kafka_python_config
 
 FETCH_VERSION = 4  # record batches v2, isolation level
 

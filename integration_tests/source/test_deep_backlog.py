@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
-from connectors.core.kafka_client import KafkaMetadata
+from connectors.core.kafka.client import KafkaMetadata
 from integration_tests.support.broker_requests import RequestLog, wait_for_group_coordinator
 from integration_tests.support.kafka_data import (create_topic, delete_topic, produce_backlog,
                                           unique_topic)

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from connectors.core.kafka_client import KafkaMetadata, RetryPolicy
+from connectors.core.kafka.client import KafkaMetadata, RetryPolicy
 from integration_tests.support.broker_requests import RequestLog, wait_for_group_coordinator
 from integration_tests.support.kafka_data import Record, unique_topic
 from integration_tests.support.streaming import all_records, parquet_batch_writer, wait_for

@@ -1,4 +1,4 @@
-"""The driver's offset look-ups on real Apache Kafka (connectors/core/kafka_client.KafkaMetadata):
+"""The driver's offset look-ups on real Apache Kafka (connectors/core/kafka/client.py, KafkaMetadata):
 the admin client's ListOffsets for every partition at once answers what a read_committed
 consumer's per-partition look-ups answer (get_watermark_offsets, offsets_for_times), on a
 topic with a committed transaction and one still open (latest = the last stable offset), in
@@ -11,7 +11,7 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.core.kafka_client import KafkaMetadata, RetryPolicy, consumer_conf
+from connectors.core.kafka.client import KafkaMetadata, RetryPolicy, consumer_conf
 from integration_tests.support.kafka_data import create_topic, produce, unique_topic
 
 PARTITIONS = 12

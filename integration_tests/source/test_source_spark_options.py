@@ -223,7 +223,7 @@ def test_what_spark_passes_itself_is_not_refused(spark, bootstrap, rounds, tmp_p
 @pytest.fixture
 def consumer_confs(monkeypatch):
     """The configuration of every librdkafka consumer the source creates from here on."""
-    import connectors.core.kafka_client
+    import connectors.core.kafka.client
     import sources.consumer_pool
     import sources.range_reader
 
@@ -234,7 +234,7 @@ def consumer_confs(monkeypatch):
             seen.append(dict(conf))
             super().__init__(conf, *args, **kwargs)
 
-    monkeypatch.setattr(connectors.core.kafka_client, "Consumer", Recording)
+    monkeypatch.setattr(connectors.core.kafka.client, "Consumer", Recording)
     monkeypatch.setattr(sources.range_reader, "Consumer", Recording)
     monkeypatch.setattr(sources.consumer_pool, "Consumer", Recording)  # the tasks' consumers
     return seen

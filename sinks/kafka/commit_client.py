@@ -7,7 +7,7 @@ type 1, the transaction coordinator of the transactional id) and EndTxn(transact
 producer id, epoch, committed). Every message is encoded and decoded by kafka-python's protocol
 layer, and every error code is named by `kafka.errors`. The transport is kafka-python's client
 and connection layer (`CommitClient`), configured from the sink's own `kafka.*` options
-(connectors/core/kafka_python_security.py), so the commit speaks the cluster's TLS and SASL as
+(connectors/core/kafka/python_security.py), so the commit speaks the cluster's TLS and SASL as
 the tasks' producers do; a cluster that refuses it (credentials, certificate, protocol) raises
 `ClusterRefused`, naming the options to check.
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from connectors.core.kafka_python_security import connection_hint, kafka_python_config
+from connectors.core.kafka.python_security import connection_hint, kafka_python_config
 from sinks.kafka.connection_logs import demoting
 
 if TYPE_CHECKING:

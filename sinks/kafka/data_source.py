@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
-from connectors.core.kafka_format import FORMAT_NAME
+from connectors.core.kafka.format import FORMAT_NAME
 from connectors.core.options import Options
 from sinks.data_source import TwoPhaseCommitDataSource
 

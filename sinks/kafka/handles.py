@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from connectors.core.kafka_format import FORMAT_NAME
+from connectors.core.kafka.format import FORMAT_NAME
 
 KIND = FORMAT_NAME
 

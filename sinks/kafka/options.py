@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from connectors.core.kafka_client import RETRY_TIMEOUT_OPTION, RetryPolicy, librdkafka_conf
-from connectors.core.kafka_format import FORMAT_NAME
+from connectors.core.kafka.client import RETRY_TIMEOUT_OPTION, RetryPolicy, librdkafka_conf
+from connectors.core.kafka.format import FORMAT_NAME
 from connectors.core.options import OptionError, Options
 from connectors.core.schema_registry.sink_schema import (
     SINK_OPTION_PREFIXES,

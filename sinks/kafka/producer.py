@@ -11,7 +11,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.core.kafka_client import RetryPolicy, broker_max_transaction_timeout_ms
+from connectors.core.kafka.client import RetryPolicy, broker_max_transaction_timeout_ms
 from sinks.kafka.commit_client import TxnAuthorizationError, acl_needed
 from sinks.kafka.errors import delivery_error, fencing_delivery_error
 from sinks.two_phase_commit import AT_LEAST_ONCE, TaskInfo

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.core.kafka_client import KafkaRetriesExhausted, check_connection, is_transient
+from connectors.core.kafka.client import KafkaRetriesExhausted, check_connection, is_transient
 from connectors.core.options import OptionError
 from connectors.core.schema_registry.encoding import EncodingPlan, encoder_for
 from connectors.core.schema_registry.sink_schema import resolve_plan

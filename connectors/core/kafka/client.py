@@ -21,8 +21,8 @@ from tenacity import (
     stop_before_delay,
 )
 
-from connectors.core.kafka_python_security import connection_hint, protocol_of
-from connectors.core.kafka_java_options import translate
+from connectors.core.kafka.python_security import connection_hint, protocol_of
+from connectors.core.kafka.java_options import translate
 from connectors.core.options import OptionError, Options
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ def _describe_error(e: BaseException | None) -> str:
 
 def librdkafka_conf(options: Options) -> dict[str, str]:
     """Every `kafka.*` option, prefix removed, in librdkafka's names (Java client names
-    translated, connectors/core/kafka_java_options.py); bootstrap servers required."""
+    translated, connectors/core/kafka/java_options.py); bootstrap servers required."""
     conf = translate(options.with_prefix("kafka."))
     if not conf.get("bootstrap.servers", "").strip():
         raise OptionError(

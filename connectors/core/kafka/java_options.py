@@ -7,7 +7,7 @@ names into librdkafka's, converting PKCS#12 stores to PEM, and refuses what has 
 naming the option to use instead. Nothing Java-only reaches librdkafka to fail obscurely there.
 Every client then reads the same librdkafka settings: librdkafka itself (the source's
 consumers, the sinks' producers) and kafka-python (the Kafka sink's driver-side commit client,
-through connectors/core/kafka_python_security.py).
+through connectors/core/kafka/python_security.py).
 """
 
 from __future__ import annotations

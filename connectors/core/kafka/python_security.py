@@ -2,10 +2,10 @@
 a connection fails.
 
 The Kafka sink's driver-side commit client and the Kafka oracle speak kafka-python; they read
-the same librdkafka settings as every other client (connectors/core/kafka_java_options.py
+the same librdkafka settings as every other client (connectors/core/kafka/java_options.py
 turns the Java dialect into them), so both clients authenticate the same way from the same
 options: TLS through an `ssl.SSLContext` built from librdkafka's TLS properties, SASL PLAIN,
-SCRAM and OAUTHBEARER (tokens from connectors/core/oidc_token.py).
+SCRAM and OAUTHBEARER (tokens from connectors/core/kafka/oidc_token.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from connectors.core.kafka_java_options import translate
-from connectors.core.oidc_token import OidcTokenProvider
+from connectors.core.kafka.java_options import translate
+from connectors.core.kafka.oidc_token import OidcTokenProvider
 from connectors.core.options import OptionError
 
 #: Mechanisms the driver's commit client can speak (kafka-python); GSSAPI needs a Kerberos
