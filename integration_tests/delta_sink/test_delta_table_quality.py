@@ -312,12 +312,12 @@ def test_expired_log_files_are_cleaned_up_with_the_checkpoint_not_at_every_commi
 def test_a_young_table_is_compacted_once_it_has_compact_every_commits(tmp_path):
     """A driver that starts on a table finds its last compaction in the history; a table with
     none yet counts from its first commit (not 'N commits ago')."""
-    from sinks.delta import sink as delta
+    from sinks.delta import housekeeping
 
     sink = _sink(tmp_path, compactEvery="5")
     for b in range(2):
         _batch(sink, b, _rows(b, 1))
-    delta._LAST_COMPACTION.clear()  # a driver process starting on this table
+    housekeeping._LAST_COMPACTION.clear()  # a driver process starting on this table
     sink._maybe_compact(DeltaTable(str(tmp_path / "t")))
     assert "OPTIMIZE" not in [h["operation"] for h in DeltaTable(str(tmp_path / "t")).history()]
     for b in range(2, 5):

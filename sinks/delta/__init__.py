@@ -9,6 +9,10 @@
     sink.py             DeltaSink: append mode on the two-phase-commit template (tasks write
                         Parquet files, the driver adds them in one Delta commit with a txn action)
     protocol_checks.py  which tables the sink may write to (table features), NOT NULL columns
+    data_files.py       the tasks' Parquet files (append mode): rolled at the size caps, their add
+                        actions with statistics
+    table_cache.py      the table kept per process, brought up to date rather than reloaded
+    housekeeping.py     compaction (compactEvery) and the orphan sweep (orphanFileRetention)
     file_stats.py       add-action statistics read from the Parquet footers tasks wrote
     referenced_files.py which files a table's readable versions still reference (orphan sweep)
     upsert.py           DeltaUpsertSink: upsert mode (mergeKeys): tasks stage changes as Parquet,

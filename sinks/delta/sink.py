@@ -6,34 +6,32 @@ names them, so no reader sees them. Phase two (driver): all of the batch's add a
 one Delta commit carrying `Transaction(appId, version=batchId)`, so the table itself records
 atomically whether batch N is in (`isCommitted`). The commit protocol is the template's.
 
-What the upsert mode shares with it (the table cache, `open()`'s checks, compaction, the
-orphan sweep, `isCommitted`) lives here too; sinks/delta/upsert.py overrides the task side and
-the commit. deltalake is imported inside the methods that read or commit the table: Spark's
-Python workers import this module for every task, and most of them only write Parquet.
+The sink holds the protocol's steps; each concern they use has a module of its own: the tasks'
+Parquet files (data_files.py), the table kept per process (table_cache.py), compaction and the
+orphan sweep (housekeeping.py), which tables it may write to (protocol_checks.py). What the
+upsert mode shares with it (`open()`'s checks, `isCommitted`, the housekeeping) is reached
+through this class; sinks/delta/upsert.py overrides the task side and the commit. deltalake is
+imported inside the functions that read or commit the table: Spark's Python workers import
+this module for every task, and most of them only write Parquet.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from connectors.core.options import OptionError
-from connectors.core.paths import resolve_location
-from sinks.storage_retries import with_storage_retries
-from sinks.query_identity import last_committed_batch
 from sinks.delta import protocol_checks
-from sinks.delta.file_stats import file_stats
-from sinks.delta.handles import AppendHandle, DataFile, append_handle
+from sinks.delta.data_files import DeltaTxn, ParquetFiles
+from sinks.delta.handles import AppendHandle, append_handle
+from sinks.delta.housekeeping import data_files, maybe_compact, sweep_orphans
 from sinks.delta.options import DeltaOptions
+from sinks.delta.table_cache import cached_table, table_location
+from sinks.query_identity import last_committed_batch
+from sinks.storage_retries import with_storage_retries
 from sinks.target_identity import TargetIdentity
 from sinks.two_phase_commit import (
     EXACTLY_ONCE,
@@ -51,34 +49,10 @@ if TYPE_CHECKING:  # deltalake is imported where a table is read or committed: t
 
 log = logging.getLogger("kafka_eos.sink.delta")
 
-NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 #: In a batch job's commit info: the job's id, by which a retried commit finds it landed.
 JOB_METADATA_KEY = "kafka_eos.job"
 #: delta-rs's checkpoint interval when the table sets none (delta-spark's is 10).
 DELTA_RS_CHECKPOINT_INTERVAL = 100
-#: Longer string values than this may cost a write its footer min/max (pyarrow: 4 KiB).
-LONG_VALUE_BYTES = 4000
-#: In a compaction's commit info: the appId of the sink that compacted.
-COMPACTION_METADATA_KEY = "kafka_eos.compaction"
-
-
-@dataclass
-class _OpenFile:
-    writer: pq.ParquetWriter
-    stream: pa.NativeFile  # its position is the file's size so far (maxBytesPerFile)
-    relative_path: str  # as on disk, relative to the table root
-    partition_values: dict[str, str | None]
-    rows: int = 0
-    size: int = 0  # set when closed
-    #: (min, max) of each string column over the writes with values too long for the footer
-    long_value_bounds: dict[str, tuple[str, str]] = field(default_factory=dict)
-
-
-@dataclass
-class DeltaTxn:
-    info: TaskInfo
-    files: dict[tuple, _OpenFile] = field(default_factory=dict)  # open: one per partition value
-    closed: list[_OpenFile] = field(default_factory=list)  # full (size caps) or prepared
 
 
 class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
@@ -97,16 +71,15 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
                 f"column(s) {', '.join(missing)} are not in the stream's columns "
                 f"({', '.join(schema.names)})",
             )
-        self.data_schema = pa.schema(
-            [f for f in schema if f.name not in options.partition_by]
-        )
+        #: How the tasks write their rows (sinks/delta/data_files.py).
+        self.files = ParquetFiles(
+            options, pa.schema([f for f in schema if f.name not in options.partition_by]),
+            self._fs)
         # What the tasks need of the table, read by open() on the driver: a table not yet
         # created will have the stream's schema and the sink's table properties.
         self.table_schema: pa.Schema = schema
         self.table_configuration: dict[str, str] = dict(options.table_properties)
         self.not_null: tuple[str, ...] = ()
-        self.string_columns = [f.name for f in self.data_schema
-                               if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
 
     def describe(self) -> str:
         return f"delta-eos[{self.options.path}]"
@@ -123,43 +96,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         return with_storage_retries(fn, f"{self.describe()}: {what}", log=log)
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        loc = resolve_location("path", self.options.path, self.options.storage_options)
-        return loc.fs, loc.path
+        return table_location(self.options)
 
     def _table(self) -> DeltaTable | None:
-        """The table as of now. Each process keeps the table it loaded and brings it up to
-        date with the commits since (`update_incremental`: a listing after the version it
-        holds), instead of loading it from its checkpoint at each step of each batch (open,
-        isCommitted, commit: three loads a batch, each reading a checkpoint that grows with
-        the table's files). A kept table is trusted only while the commit file of its version
-        is the one it read: a table deleted (or deleted and created again) under the query is
-        loaded afresh, never extended from a version that is gone."""
-        key = (self.options.path, self.options.app_id,
-               tuple(sorted(self.options.storage_options.items())))
-        kept = _TABLES.get(key)
-        if kept is not None:
-            table, mark = kept
-            fs, root = self._fs()
-            if mark is not None and _commit_mark(fs, root, table.version()) == mark:
-                try:
-                    held = table.version()
-                    table.update_incremental()
-                    if table.version() != held:  # the same version keeps its mark
-                        _TABLES[key] = (table, _commit_mark(fs, root, table.version()))
-                    return table
-                except Exception as e:  # unreadable now: load it afresh
-                    log.info("%s: reloading the table (%s)", self.describe(), e)
-            _TABLES.pop(key, None)
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            table = DeltaTable(self.options.path, storage_options=self.options.storage_options)
-        except TableNotFoundError:
-            return None
-        fs, root = self._fs()
-        _TABLES[key] = (table, _commit_mark(fs, root, table.version()))
-        return table
+        """The table as of now (sinks/delta/table_cache.py: kept per process, brought up to
+        date; None while it does not exist)."""
+        return cached_table(self.options, self.describe())
 
     def open(self) -> None:
         """At each batch's planning: the table, if it exists, must accept this stream. Its
@@ -224,39 +166,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
             )
 
     def _maybe_compact(self, table: DeltaTable) -> None:
-        """compactEvery=N: once the table has N commits since its last compaction, bin-pack
-        small files with delta-rs's optimize before the batch's tasks run. Its commit changes
-        no data (dataChange=false) and carries no txn action, so the sink's bookkeeping is
-        untouched; one that fails (e.g. a conflict with another writer) is retried later."""
-        n = self.options.compact_every
-        if not n or self.settings.batch_job:
-            return
-        last = _LAST_COMPACTION.get(self.options.path)
-        if last is None:  # once per driver process: the last compaction in the table's history
-            last = next((h["version"] for h in table.history(limit=n)
-                         if h.get("operation") == "OPTIMIZE"), max(table.version() - n, -1))
-        if table.version() - last < n:
-            _LAST_COMPACTION[self.options.path] = last
-            return
-        from deltalake import CommitProperties
-
-        started = time.perf_counter()
-        try:
-            metrics = table.optimize.compact(
-                commit_properties=CommitProperties(
-                    custom_metadata={COMPACTION_METADATA_KEY: self.options.app_id}
-                ),
-            )
-        except Exception as e:  # data-change-free: the batch goes on, a later one retries
-            log.warning("%s: compaction failed, retried after %d more commits: %s",
-                        self.describe(), n, e)
-            _LAST_COMPACTION[self.options.path] = table.version()
-            return
-        table.update_incremental()
-        _LAST_COMPACTION[self.options.path] = table.version()
-        log.info("%s: compacted %s file(s) into %s in %.0f ms (version %d)", self.describe(),
-                 metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"),
-                 (time.perf_counter() - started) * 1000, table.version())
+        """compactEvery (sinks/delta/housekeeping.py); never in a batch job."""
+        if not self.settings.batch_job:
+            maybe_compact(table, self.options, self.describe())
 
     def _target(self) -> TargetIdentity | None:
         if not self.settings.checkpoint_location or self.settings.batch_job:
@@ -301,116 +213,15 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         if self.not_null:
             protocol_checks.check_not_null(batch, self.not_null, txn.info.batch_id,
                                            txn.info.partition_id)
-        cols = self.options.partition_by
-        if not cols:
-            self._append(txn, (), _conform(batch, self.data_schema))
-            return
-        import pyarrow.compute as pc
-
-        table = pa.Table.from_batches([batch])
-        keys = table.select(list(cols)).group_by(list(cols)).aggregate([]).to_pylist()
-        for key in keys:
-            mask = None
-            for c in cols:
-                v = key[c]
-                cond = pc.is_null(table[c]) if v is None else pc.equal(table[c], pa.scalar(v, table[c].type))
-                mask = cond if mask is None else pc.and_(mask, cond)
-            part = table.filter(mask).drop_columns(list(cols))
-            self._append(txn, tuple(key[c] for c in cols), _conform_table(part, self.data_schema))
-
-    def _append(self, txn: DeltaTxn, key: tuple, data: pa.RecordBatch | pa.Table) -> None:
-        """Into the partition value's open file, rolling to a new file at maxRecordsPerFile
-        rows or once maxBytesPerFile bytes are written (checked after each write: a file
-        ends past the byte cap by at most one write)."""
-        max_rows, max_bytes = self.options.max_records_per_file, self.options.max_bytes_per_file
-        offset = 0
-        while offset < data.num_rows:
-            f = self._file(txn, key)
-            n = data.num_rows - offset
-            if max_rows:
-                n = min(n, max_rows - f.rows)
-            chunk = data.slice(offset, n)
-            f.writer.write(chunk)
-            self._bound_long_values(f, chunk)
-            f.rows += n
-            offset += n
-            if (max_rows and f.rows >= max_rows) or (max_bytes and f.stream.tell() >= max_bytes):
-                _close(f)
-                txn.closed.append(txn.files.pop(key))
-
-    def _bound_long_values(self, f: _OpenFile, chunk: pa.RecordBatch | pa.Table) -> None:
-        """pyarrow leaves min/max out of the footer for a write holding a string longer than
-        4 KiB: such writes are bounded here (one pass over the offsets decides; only then the
-        values are compared), so the file keeps its statistics (sinks/delta/file_stats.py)."""
-        if not self.string_columns:
-            return
-        import pyarrow.compute as pc
-
-        for name in self.string_columns:
-            column = chunk.column(name)
-            longest = pc.max(pc.binary_length(column)).as_py()
-            if longest is None or longest <= LONG_VALUE_BYTES:
-                continue
-            low, high = pc.min_max(column).values()
-            lo, hi = low.as_py(), high.as_py()
-            if name in f.long_value_bounds:
-                old_lo, old_hi = f.long_value_bounds[name]
-                lo, hi = min(lo, old_lo), max(hi, old_hi)
-            f.long_value_bounds[name] = (lo, hi)
-
-    def _file(self, txn: DeltaTxn, key: tuple) -> _OpenFile:
-        f = txn.files.get(key)
-        if f is not None:
-            return f
-        values = {c: (None if v is None else _partition_string(v)) for c, v in zip(self.options.partition_by, key)}
-        dirs = "/".join(
-            f"{c}={NULL_PARTITION if v is None else quote(v, safe='')}" for c, v in values.items()
-        )
-        i = txn.info
-        name = (
-            f"part-eos-{self.options.file_tag}-b{i.batch_id}-p{i.partition_id}-a{i.attempt}-"
-            f"{uuid.uuid4().hex[:12]}.parquet"
-        )
-        relative = f"{dirs}/{name}" if dirs else name
-        fs, root = self._fs()
-        if isinstance(fs, pafs.LocalFileSystem):  # object stores have no directories
-            fs.create_dir(f"{root}/{dirs}" if dirs else root, recursive=True)
-        stream = fs.open_output_stream(f"{root}/{relative}")
-        writer = pq.ParquetWriter(stream, self.data_schema)
-        f = txn.files[key] = _OpenFile(writer, stream, relative, values)
-        return f
+        self.files.write(txn, batch)
 
     def preCommit(self, txn: DeltaTxn) -> AppendHandle:
-        """Close (so flush) every file: durable, and still invisible to readers. Sizes and
-        statistics come from the writer itself: no request back to the store per file."""
-        for f in txn.files.values():
-            _close(f)
-        txn.closed.extend(txn.files.values())
-        txn.files.clear()
-        now_ms = int(time.time() * 1000)
-        adds: list[DataFile] = []
-        for f in txn.closed:
-            meta = _footer(f)
-            adds.append({
-                "path": quote(f.relative_path, safe="/="),
-                "file": f.relative_path,
-                "size": f.size,
-                "partition_values": f.partition_values,
-                "modification_time": now_ms,
-                "rows": meta.num_rows,
-                "stats": file_stats(meta, self.table_schema, self.options.partition_by,
-                                    self.table_configuration, f.long_value_bounds),
-            })
-        return append_handle(adds)
+        """Every file closed (so flushed): durable, and still invisible to readers."""
+        return append_handle(self.files.prepared(txn, self.table_schema,
+                                                 self.table_configuration))
 
     def abortTransaction(self, txn: DeltaTxn) -> None:
-        fs, root = self._fs()
-        for f in [*txn.files.values(), *txn.closed]:
-            try:
-                _close(f)
-            except Exception:
-                pass
-            _delete(fs, f"{root}/{f.relative_path}")
+        self.files.discard(txn)
 
     # -- driver side ------------------------------------------------------------------------
 
@@ -449,41 +260,15 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         self.abort(handles)
         fs, root = self._fs()
         prefix = f"part-eos-{self.options.file_tag}-"
-        for info in self._retried("listing the table's files", lambda: list(_data_files(fs, root))):
+        for info in self._retried("listing the table's files", lambda: list(data_files(fs, root))):
             if info.base_name.startswith(prefix):
                 self._delete(fs, info.path)
 
     def cleanupAbandoned(self) -> None:
-        """Delete this sink's data files that no readable version of the table references and
-        that are older than orphanFileRetention: written by tasks killed before their handle
-        was logged, or by failed and superseded attempts. Never inferred from names alone."""
-        now_ms = time.time() * 1000
-        last = _LAST_CLEANUP.get(self.options.path)
-        if last is not None and now_ms - last < self.options.orphan_retention_ms / 2:
-            return  # orphans are invisible to readers: a clean-up per half retention is enough
-        fs, root = self._fs()
-        prefix = f"part-eos-{self.options.file_tag}-"
-        candidates = [
-            info for info in self._retried("listing the table's files for orphans",
-                                           lambda: list(_data_files(fs, root)))
-            if info.base_name.startswith(prefix)
-            and now_ms - _mtime_ms(info, now_ms) >= self.options.orphan_retention_ms
-        ]
-        if candidates:
-            from sinks.delta.referenced_files import referenced_files
-
-            def referenced_now() -> set[str]:
-                table = self._table()
-                return set() if table is None else referenced_files(table, fs, root)
-
-            referenced = self._retried("reading the files the table references", referenced_now)
-            for info in candidates:
-                relative = info.path[len(root):].lstrip("/")
-                if relative not in referenced:
-                    log.info("%s: removing orphan file %s", self.describe(), info.path)
-                    self._delete(fs, info.path)
-        # Only once the sweep is through: one that failed is not skipped for half a retention.
-        _LAST_CLEANUP[self.options.path] = now_ms
+        """The orphan sweep (sinks/delta/housekeeping.py), each step retried while the store
+        fails transiently."""
+        sweep_orphans(self.options, self._fs(), self._table, self._retried, self._delete,
+                      self.describe())
 
     def recoverAndCommit(self, batchId: int, handles: dict[int, Handle]) -> None:
         """A decided batch committed after a restart: its files may have gone while the query
@@ -594,13 +379,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTxn]):
         self._retried(f"deleting {path}", lambda: _delete(fs, path))
 
 
-#: The table each process loaded, per location, appId and storage options, with the mark of
-#: the commit file of its version (DeltaSink._table).
-_TABLES: dict[tuple, tuple[DeltaTable, tuple | None]] = {}
-#: When this worker process last cleaned up each table (see cleanupAbandoned).
-_LAST_CLEANUP: dict[str, float] = {}
-#: The table version of each table's last compaction this driver knows of (_maybe_compact).
-_LAST_COMPACTION: dict[str, int] = {}
 #: Table-property differences already reported, per table.
 _WARNED_PROPERTIES: dict[str, dict[str, str]] = {}
 
@@ -616,33 +394,6 @@ def creation_configuration(properties: dict[str, str], schema: pa.Schema) -> dic
     if protocol_checks.needs_listed_invariants(schema):
         configuration.setdefault("delta.minWriterVersion", "7")
     return configuration or None
-
-
-def _close(f: _OpenFile) -> None:
-    if f.writer.is_open:
-        f.writer.close()
-    if not f.stream.closed:
-        f.size = f.stream.tell()
-        f.stream.close()
-
-
-def _footer(f: _OpenFile) -> pq.FileMetaData:
-    """The footer the closed writer just wrote: pyarrow keeps it (its own write_to_dataset
-    collects footers this way), so no read back from the store."""
-    return f.writer.writer.metadata
-
-
-def _data_files(fs: pafs.FileSystem, root: str) -> Iterator[pafs.FileInfo]:
-    """Every file under the table root except the Delta log's (which, at a 1 s trigger, holds
-    hundreds of thousands of commits: never listed here)."""
-    top = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    for info in top:
-        if info.type == pafs.FileType.File:
-            yield info
-        elif info.type == pafs.FileType.Directory and info.base_name != "_delta_log":
-            for inner in fs.get_file_info(pafs.FileSelector(info.path, recursive=True)):
-                if inner.type == pafs.FileType.File:
-                    yield inner
 
 
 def post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
@@ -662,29 +413,11 @@ def post_commit_hooks(table: DeltaTable | None) -> PostCommitHookProperties:
                                     cleanup_expired_logs=None if checkpointing else False)
 
 
-def _commit_mark(fs: pafs.FileSystem, root: str, version: int) -> tuple | None:
-    """What identifies one commit file (size and modification time): None if it is gone."""
-    info = fs.get_file_info(f"{root}/_delta_log/{version:020d}.json")
-    if info.type == pafs.FileType.NotFound:
-        return None
-    return (info.size, info.mtime_ns)
-
-
-def _mtime_ms(info: pafs.FileInfo, default: float) -> float:
-    return info.mtime_ns / 1e6 if info.mtime_ns is not None else default
-
-
 def _delete(fs: pafs.FileSystem, path: str) -> None:
     try:
         fs.delete_file(path)
     except FileNotFoundError:
         pass
-
-
-def _partition_string(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
 
 
 def _compatible(table_type: pa.DataType, stream_type: pa.DataType) -> bool:
@@ -698,15 +431,3 @@ def _compatible(table_type: pa.DataType, stream_type: pa.DataType) -> bool:
         return t
 
     return norm(table_type) == norm(stream_type)
-
-
-def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    if batch.schema.equals(schema, check_metadata=False):
-        return batch
-    return pa.RecordBatch.from_arrays(
-        [batch.column(f.name).cast(f.type) for f in schema], schema=schema
-    )
-
-
-def _conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    return table.select(schema.names).cast(schema)
