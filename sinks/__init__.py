@@ -7,6 +7,8 @@ folder's root holds the template and its log only.
     txn_log.py, recovery_plan.py, query_identity.py, target_identity.py, faults.py
                          what the template keeps under the checkpoint, how a restart recovers,
                          the table a checkpoint commits into, the crash matrix's kill points
+    settings.py          SinkSettings: the options every sink takes (re-exported by two_phase_commit)
+    task_reports.py      what a task reports to the driver, and the line logged per batch
     kinds.py             the sink kinds: how inspect and resolve describe and settle each
                          sink's handles (every handle records its kind)
     data_source.py       TwoPhaseCommitDataSource: a sink's format, from options to a writer

@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
 import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -58,22 +56,28 @@ from tenacity import (
 )
 
 from connectors.core import logs
-from connectors.core.options import OptionError, Options
-from connectors.core.paths import normalise
+from connectors.core.options import OptionError
 from sinks import faults
+from sinks.task_reports import METRICS_ENV, PreparedPartition, log_batch  # noqa: F401
 from sinks.recovery_plan import RecoveryPlan, plan_recovery
+from sinks.settings import (  # noqa: F401 (re-exported: the template's public names)
+    AT_LEAST_ONCE,
+    BATCH_SETTINGS_OPTIONS,
+    BATCH_SPARK_OPTIONS,
+    EXACTLY_ONCE,
+    GUARANTEES,
+    NONE,
+    SETTINGS_OPTIONS,
+    SPARK_OPTIONS,
+    SinkSettings,
+    reject_unknown_options,
+)
 from sinks.txn_log import Handle, TransactionLog
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger("kafka_eos.sink")
-
-EXACTLY_ONCE, AT_LEAST_ONCE, NONE = "exactly-once", "at-least-once", "none"
-#: If set (in the environment Spark's Python workers inherit), the driver appends each batch's
-#: log line as JSON to this local file.
-METRICS_ENV = "KAFKA_EOS_METRICS_FILE"
-GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE, NONE)
 
 Txn = TypeVar("Txn")
 
@@ -98,92 +102,6 @@ class CommitTimeoutError(RuntimeError):
     """The commit of a batch did not finish within commitTimeoutMs: the batch fails loudly."""
 
 
-#: Options every two-phase-commit sink takes (SinkSettings), for the unknown-option check.
-SETTINGS_OPTIONS = (
-    "deliveryGuarantee", "checkpointLocation", "commitTimeout", "commitRetries",
-    "minBatchesToRetain",
-)
-#: What Spark itself adds to a sink's options (seen with PySpark 4.3): `queryName` from
-#: DataStreamWriter.queryName(), `path` from start(path) / save(path), `checkpointLocation`
-#: from .option(). Never refused, even by a sink that has no use for them.
-SPARK_OPTIONS = ("path", "queryName", "checkpointLocation")
-#: A batch write (df.write) has no checkpoint, no transaction log and no batches: of the
-#: template's options it takes these; Spark adds `path` (save(path)).
-BATCH_SETTINGS_OPTIONS = ("deliveryGuarantee", "commitTimeout", "commitRetries")
-BATCH_SPARK_OPTIONS = ("path",)
-
-
-def reject_unknown_options(
-    opts: Options, known: tuple[str, ...], *, format_name: str, prefixes: tuple[str, ...] = (),
-    batch: bool = False, docs: str | None = None,
-) -> None:
-    """At query start: an option no part of the sink reads fails, naming the closest known
-    one and the sink's page of options (`docs`), instead of being silently ignored (a misspelt
-    `checkpointLocaton`, a source option such as `subscribe` given to a writer, a
-    streaming-only option given to a batch write)."""
-    if batch:
-        names = dict.fromkeys((*known, *BATCH_SETTINGS_OPTIONS, *BATCH_SPARK_OPTIONS))
-        where = f"a {format_name} batch write (df.write)"
-    else:
-        names = dict.fromkeys((*known, *SETTINGS_OPTIONS, *SPARK_OPTIONS))
-        where = f"the {format_name} sink"
-    opts.reject_unknown(names, prefixes=prefixes, format_name=where, docs=docs)
-
-
-@dataclass(frozen=True)
-class SinkSettings:
-    """Options every two-phase-commit sink takes."""
-
-    name: str
-    guarantee: str
-    checkpoint_location: str | None
-    commit_timeout_ms: int
-    commit_attempts: int
-    retain_batches: int
-    #: Set for a batch write (df.write): the job's own id, which stands in for the checkpoint
-    #: and the batch id (transaction and file names). None for a streaming query.
-    job_id: str | None = None
-
-    @property
-    def batch_job(self) -> bool:
-        return self.job_id is not None
-
-    @classmethod
-    def for_batch_job(cls, name: str, opts: Options) -> "SinkSettings":
-        """A batch write's settings: a fresh job id, no checkpoint (the tasks' handles travel
-        in their commit messages; nothing outlives the job, so nothing needs a log)."""
-        return cls(
-            name=name,
-            guarantee=opts.get_choice("deliveryGuarantee", GUARANTEES, EXACTLY_ONCE),
-            checkpoint_location=None,
-            commit_timeout_ms=opts.get_duration_ms("commitTimeout", 120_000),
-            commit_attempts=opts.get_int("commitRetries", 8, minimum=0) + 1,
-            retain_batches=0,
-            job_id=uuid.uuid4().hex,
-        )
-
-    @classmethod
-    def from_options(cls, name: str, opts: Options) -> "SinkSettings":
-        guarantee = opts.get_choice("deliveryGuarantee", GUARANTEES, EXACTLY_ONCE)
-        raw_checkpoint = opts.get("checkpointLocation")
-        # The same place on every executor, in a scheme pyarrow.fs serves (or an error now).
-        checkpoint = normalise("checkpointLocation", raw_checkpoint) if raw_checkpoint else None
-        if guarantee == EXACTLY_ONCE and not checkpoint:
-            raise OptionError(
-                "checkpointLocation",
-                f"{name} in exactly-once mode keeps its transaction log under the query's "
-                'checkpoint: set .option("checkpointLocation", ...) on writeStream',
-            )
-        return cls(
-            name=name,
-            guarantee=guarantee,
-            checkpoint_location=checkpoint,
-            commit_timeout_ms=opts.get_duration_ms("commitTimeout", 120_000),
-            commit_attempts=opts.get_int("commitRetries", 8, minimum=0) + 1,
-            retain_batches=opts.get_int("minBatchesToRetain", 10, minimum=2),
-        )
-
-
 @dataclass(frozen=True)
 class TaskInfo:
     """What a task knows of itself when it begins a transaction."""
@@ -191,20 +109,6 @@ class TaskInfo:
     batch_id: int
     partition_id: int
     attempt: int
-
-
-@dataclass
-class PreparedPartition(WriterCommitMessage):
-    """A task's WriterCommitMessage: its handle and what it wrote, for the batch log line."""
-
-    batch_id: int
-    partition: int
-    attempt: int
-    handle: Handle | None  # None: nothing to commit (empty partition, or already committed)
-    skipped: bool = False  # already committed by an earlier run of this batch
-    rows: int = 0
-    bytes: int = 0
-    write_ms: float = 0.0
 
 
 class TwoPhaseCommitSink(ABC, Generic[Txn]):
@@ -491,34 +395,6 @@ class _Protocol:
                 f"batch fails and is committed on restart. Last error: {cause}"
             ) from cause
 
-    # -- the batch log line -----------------------------------------------------------------
-
-    def _log_batch(self, batch_id: int, prepared: list[PreparedPartition], commit_ms: float) -> None:
-        written = [m for m in prepared if not m.skipped]
-        slowest = max(written, key=lambda m: m.write_ms, default=None)
-        line = {
-            "sink": self.sink.describe(),
-            **({"job": self.settings.job_id} if self.settings.batch_job else {}),
-            "batch": batch_id,
-            "guarantee": self.settings.guarantee,
-            "rows": sum(m.rows for m in written),
-            "bytes": sum(m.bytes for m in written),
-            "commit_ms": round(commit_ms, 1),
-            "skipped_partitions": sorted(m.partition for m in prepared if m.skipped),
-            "slowest_partition": slowest.partition if slowest else None,
-            "partitions": {
-                str(m.partition): {"rows": m.rows, "bytes": m.bytes, "ms": round(m.write_ms, 1)}
-                for m in written
-            },
-        }
-        log.info("%s committed %s", "batch job" if self.settings.batch_job else "batch",
-                 json.dumps(line))
-        metrics_file = os.environ.get(METRICS_ENV)
-        if metrics_file:  # one JSON line per batch, for benchmarks and dashboards
-            with open(metrics_file, "a") as f:
-                f.write(json.dumps(line) + "\n")
-
-
 class TwoPhaseCommitWriter(_Protocol, DataSourceStreamArrowWriter):
     """PySpark's streaming writer (Arrow variant) running the protocol around a sink."""
 
@@ -575,7 +451,7 @@ class TwoPhaseCommitWriter(_Protocol, DataSourceStreamArrowWriter):
             self._abort_superseded(txlog, batchId, handles)
             txlog.garbage_collect(batchId - self.settings.retain_batches + 1)
             self._fault("after_commit", batchId)
-        self._log_batch(batchId, prepared, (time.perf_counter() - started) * 1000)
+        log_batch(self.sink.describe(), self.settings, batchId, prepared, (time.perf_counter() - started) * 1000)
 
     def _abort_superseded(self, txlog: TransactionLog, batch_id: int, handles: dict[int, Handle]) -> None:
         """Abort what failed or superseded task attempts prepared: logged, never decided."""
@@ -704,7 +580,7 @@ class TwoPhaseCommitBatchWriter(_Protocol, DataSourceArrowWriter):
                     f"{self.sink.describe()}: batch job {self.settings.job_id} cannot be "
                     f"committed; partition(s) {committed} were committed before",
                 )
-        self._log_batch(JOB_BATCH_ID, prepared, (time.perf_counter() - started) * 1000)
+        log_batch(self.sink.describe(), self.settings, JOB_BATCH_ID, prepared, (time.perf_counter() - started) * 1000)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         logs.from_environment()
