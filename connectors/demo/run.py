@@ -18,21 +18,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TextIO
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
-
 from connectors import kafka_config_file
 from connectors.demo import verify
+from connectors.demo.config import DemoConfig, DemoError
+from connectors.demo.services import broker, create_topics, registry
 from connectors.demo.avro import to_env as demo_avro_env
 from connectors.demo.changes import sample_changes
 from connectors.demo.events import EventProducer, sample_events
 from connectors.core.kafka.format import FORMAT_NAME as KAFKA_EOS
-from connectors.core.kafka.python_security import connection_hint
 from sinks.delta.options import FORMAT_NAME as DELTA_EOS
 from sinks.two_phase_commit import METRICS_ENV
 
@@ -41,53 +38,6 @@ from sinks.two_phase_commit import METRICS_ENV
 # killed, or the backlog) starts at once, so the kill lands while batches are in flight: early
 # in one, in its commit, or after some batches have committed.
 KILL_DELAY_S = (1.0, 12.0)
-
-
-class DemoError(Exception):
-    """The demo could not run (not a failed verification): shown as one line."""
-
-
-@dataclass(frozen=True)
-class DemoConfig:
-    bootstrap_servers: str | None = None  # None: start the embedded broker
-    #: --kafka-config's client settings (librdkafka names, no bootstrap.servers): TLS, SASL...
-    #: Used by every Kafka client of the demo; secrets among them, so never in the repr.
-    kafka_config: Mapping[str, str] = field(default_factory=dict, repr=False)
-    records: int = 20_000
-    rate: float = 500.0
-    partitions: int = 4
-    chaos: int = 0
-    output_dir: str = "kafka-eos-demo"
-    seed: int | None = None
-    trigger_ms: int = 1000
-    max_offsets_per_trigger: int = 5000
-    timeout_s: float = 900.0
-    #: Without bootstrap_servers: "auto" (Apache Kafka from its Maven jars where it can run,
-    #: else the embedded broker), "apache-kafka" or "embedded" (connectors/local/local_broker.py).
-    local_broker: str = "auto"
-    #: `--upsert`: a change stream (Debezium envelopes) into delta-eos in upsert mode, verified
-    #: against the fold of the changes (connectors.demo.changes), instead of the two sinks.
-    upsert: bool = False
-    #: `--upsert`'s keys (rows of the simulated table); None: records / 20, at least 50.
-    keys: int | None = None
-    #: `--format`: "json" (JSON values, read as Spark's binary row) or "avro" (Confluent wire
-    #: format Avro in and out, schemas in a Schema Registry: connectors.demo.avro).
-    format: str = "json"
-    #: With "avro": the registry's URL (may hold user:password@); None: start a local one.
-    schema_registry_url: str | None = field(default=None, repr=False)
-
-    @property
-    def sinks(self) -> tuple[str, ...]:
-        return (DELTA_EOS,) if self.upsert else (DELTA_EOS, KAFKA_EOS)
-
-    @property
-    def queries(self) -> tuple[str, ...]:
-        """The pipeline's queries, by their checkpoint directory's name."""
-        return ("delta",) if self.upsert else ("delta", "kafka")
-
-    @property
-    def upsert_keys(self) -> int:
-        return self.keys if self.keys is not None else max(50, self.records // 20)
 
 
 @dataclass
@@ -168,130 +118,6 @@ def _last_error_line(log_path: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-@contextlib.contextmanager
-def _broker(cfg: DemoConfig, out: TextIO) -> Iterator[str]:
-    if cfg.bootstrap_servers:
-        _check_reachable(cfg)
-        print(f"Kafka: {cfg.bootstrap_servers}", file=out)
-        if cfg.kafka_config:
-            print(f"Kafka client settings (--kafka-config): "
-                  f"{kafka_config_file.describe(cfg.kafka_config)}", file=out)
-        yield cfg.bootstrap_servers
-        return
-    from connectors.local.tansu import TANSU_LACKS
-    from connectors.local.local_broker import LocalBrokerError, local_broker
-
-    def progress(text: str) -> None:
-        print(f"Kafka: {text}...", file=out, flush=True)
-
-    with contextlib.ExitStack() as stack:
-        try:
-            local = stack.enter_context(local_broker(cfg.local_broker, progress=progress))
-        except LocalBrokerError as exc:
-            raise DemoError(f"no local broker: {exc}") from None
-        if local.fallback_reason:
-            print(f"Kafka: Apache Kafka cannot run here ({local.fallback_reason}); using the "
-                  "embedded Kafka-compatible broker instead", file=out)
-        if local.embedded:
-            # The verification reads with the marker-aware oracle, right on it; a user's own
-            # checks against it are not: say what it lacks.
-            print("Kafka: the embedded broker is not Kafka; it lacks:", file=out)
-            for lack in TANSU_LACKS:
-                print(f"    - {lack}", file=out)
-        print(f"Kafka: {local.description} at {local.bootstrap_servers}; use "
-              "--bootstrap-servers for a real cluster", file=out, flush=True)
-        yield local.bootstrap_servers
-
-
-@contextlib.contextmanager
-def _registry(cfg: DemoConfig, out: TextIO) -> Iterator[str | None]:
-    """With `--format avro`, the Schema Registry's URL: the user's (checked), or a local
-    Apicurio Registry started for the run; None for JSON."""
-    if cfg.format != "avro":
-        yield None
-        return
-    from connectors.demo import avro
-
-    if cfg.schema_registry_url:
-        try:
-            avro.check_reachable(cfg.schema_registry_url)
-        except avro.RegistryUnreachable as exc:
-            raise DemoError(str(exc)) from None
-        print(f"Schema Registry: {avro.safe_url(cfg.schema_registry_url)}", file=out)
-        yield cfg.schema_registry_url
-        return
-    from connectors.local.schema_registry import VERSION, RegistryUnavailable, schema_registry
-
-    def progress(text: str) -> None:
-        print(f"Schema Registry: {text}...", file=out, flush=True)
-
-    with contextlib.ExitStack() as stack:
-        try:
-            local = stack.enter_context(schema_registry(progress=progress))
-        except RegistryUnavailable as exc:
-            raise DemoError(f"no local Schema Registry: {exc}; give --schema-registry-url "
-                            "for one of yours") from None
-        print(f"Schema Registry: Apicurio Registry {VERSION} at {local.url}; use "
-              "--schema-registry-url for yours", file=out, flush=True)
-        yield local.url
-
-
-#: librdkafka errors that say the cluster refused our settings (TLS, SASL): no use waiting.
-_REFUSALS = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
-
-
-def _check_reachable(cfg: DemoConfig, timeout_s: float = 15.0) -> None:
-    """List the cluster's topics with the demo's settings; a refusal of the TLS or SASL
-    settings fails at once, naming the settings to check (never their values)."""
-    assert cfg.bootstrap_servers
-    errors: list[KafkaError] = []
-    admin = AdminClient({**_quiet(cfg.bootstrap_servers, cfg.kafka_config),
-                         "error_cb": errors.append})
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            admin.list_topics(timeout=1)
-            return
-        except Exception as exc:
-            admin.poll(0.1)  # serves error_cb
-            refused = [e for e in errors if e.code() in _REFUSALS or (
-                e.code() == KafkaError._TRANSPORT and "security.protocol" in e.str())]
-            if not refused and time.monotonic() < deadline:
-                continue
-            detail = refused[-1].str() if refused else _error_text(exc)
-            hint = ""
-            if cfg.kafka_config or refused:
-                conf = {"bootstrap.servers": cfg.bootstrap_servers, **cfg.kafka_config}
-                # the hint names the connectors' kafka.* options: the file's keys lack the prefix
-                hint = "; " + kafka_config_file.unprefixed(connection_hint(conf, detail))
-            raise DemoError(
-                f"cannot reach Kafka at {cfg.bootstrap_servers}: {detail}{hint}") from None
-
-
-def _create_topics(bootstrap: str, conf: Mapping[str, str], topics: list[str], partitions: int,
-                   embedded: bool) -> None:
-    admin = AdminClient(_quiet(bootstrap, conf))
-    # A real cluster picks its own default replication factor (-1); the embedded one has one node.
-    new = [NewTopic(t, partitions, 1 if embedded else -1) for t in topics]
-    for topic, future in admin.create_topics(new).items():
-        try:
-            future.result(timeout=30)
-        except Exception as exc:
-            raise DemoError(f"cannot create topic {topic!r}: {_error_text(exc)}") from None
-
-
-def _error_text(exc: Exception) -> str:
-    """A KafkaException's own message, without the KafkaError{code=...} wrapping."""
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0].str()
-    return str(exc)
-
-
-def _quiet(bootstrap: str, conf: Mapping[str, str]) -> dict[str, object]:
-    """Admin calls report their own errors; librdkafka's log lines would garble the progress."""
-    return {**conf, "bootstrap.servers": bootstrap, "log_level": 0}
-
-
 def _check_java() -> None:
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         raise DemoError("Java not found: Spark needs Java 17 on PATH or in JAVA_HOME")
@@ -339,8 +165,8 @@ def _run(cfg: DemoConfig, run_dir: str, started: float, out: TextIO) -> int:
     input_topic, output_topic = f"eos-demo-{run_id}-events", f"eos-demo-{run_id}-enriched"
     print(f"Output: {run_dir} (seed {seed})", file=out)
 
-    with _broker(cfg, out) as bootstrap, _registry(cfg, out) as registry_url:
-        _create_topics(bootstrap, cfg.kafka_config, [input_topic, output_topic], cfg.partitions,
+    with broker(cfg, out) as bootstrap, registry(cfg, out) as registry_url:
+        create_topics(bootstrap, cfg.kafka_config, [input_topic, output_topic], cfg.partitions,
                        embedded=not cfg.bootstrap_servers)
         events = sample_events(cfg.records, users=max(100, cfg.partitions * 25), seed=seed)
         decode, avro_facts = json.loads, {}
@@ -430,8 +256,8 @@ def _run_upsert(cfg: DemoConfig, paths: dict[str, str], input_topic: str, seed: 
     table read back with deltalake and compared with the fold of the delivered changes,
     computed without the sink's code (connectors.demo.changes.fold)."""
     print(f"Output: {run_dir} (seed {seed})", file=out)
-    with _broker(cfg, out) as bootstrap:
-        _create_topics(bootstrap, cfg.kafka_config, [input_topic], cfg.partitions,
+    with broker(cfg, out) as bootstrap:
+        create_topics(bootstrap, cfg.kafka_config, [input_topic], cfg.partitions,
                        embedded=not cfg.bootstrap_servers)
         changes = sample_changes(cfg.records, keys=cfg.upsert_keys, seed=seed)
         producer, processing_s, kills = _produce_and_run(
