@@ -54,3 +54,27 @@ def test_each_format_name_is_spelt_out_once():
     assert found == {}, "import FORMAT_NAME instead of spelling it out"
     for name, values in DEFINED.items():
         assert [v for _, v in spelt_out((ROOT / name).read_text())] == sorted(values)
+
+
+def test_kafka_eos_is_its_two_halves_joined_without_either_overriding_the_other():
+    """docs/architecture.md: the reading half (sources/) and the writing half (sinks/kafka/)
+    share only a cooperative `__init__` and `name()`; every other method is one half's."""
+    from pyspark.sql.datasource import DataSource
+
+    from connectors.formats import KafkaEosDataSource
+    from sinks.kafka.data_source import KafkaSinkDataSource
+    from sources.data_source import KafkaEosDataSource as ReadingHalf
+
+    def own(cls: type) -> set[str]:
+        return {n for c in cls.__mro__ if c not in (DataSource, object) for n in vars(c)
+                if n == "__init__" or not (n.startswith("__") or n == "_abc_impl")}
+
+    assert own(ReadingHalf) & own(KafkaSinkDataSource) == {"__init__", "name"}
+    assert own(KafkaEosDataSource) == own(ReadingHalf) | own(KafkaSinkDataSource)
+    # the joined class adds nothing of its own
+    assert not {n for n in vars(KafkaEosDataSource)
+                if not n.startswith("__") and n != "_abc_impl"}
+    options = {"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t"}
+    joined = KafkaEosDataSource(dict(options))
+    assert joined.name() == ReadingHalf.name() == KafkaSinkDataSource.name() == "kafka-eos"
+    assert joined._raw == options
