@@ -1,15 +1,12 @@
-"""A Kafka broker as the tests and the local commands see it, and the loopback ports they use.
+"""A running Kafka broker as the CLI and the demo see it, and the loopback ports they use.
 
-`Broker.capabilities` says what the broker can do, so tests of features a broker lacks skip
-with the reason instead of failing. `Broker.freeze()` / `resume()` stop and continue the broker
-(SIGSTOP/SIGCONT of the local process, pause/unpause of the container); an external cluster
-cannot be frozen (`supports("freeze")` is False there).
+`Broker.capabilities` says what the broker can do (the embedded broker lacks some of Kafka's).
+What only the tests do with a broker (freeze and resume it, pause its container) is theirs:
+integration_tests/support/broker_control.py.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -18,63 +15,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class FreezeUnsupported(RuntimeError):
-    """The broker runs where this machine cannot stop it (an external cluster)."""
-
-
 @dataclass
 class Broker:
     bootstrap_servers: str
     kind: str  # "external" | "testcontainers" | "apache-kafka" | "tansu"
     #: Features a test may depend on; False means "known missing" on this broker.
     capabilities: dict[str, bool] = field(default_factory=dict)
-    #: The broker's process when this machine runs it (freeze() stops it), else None.
+    #: The broker's process when this machine runs it, else None.
     pid: int | None = None
-    #: The Testcontainers container running the broker (freeze() pauses it), else None.
-    container: Any = field(default=None, repr=False)
     #: The Apache Kafka node this machine runs (connectors.local.apache_kafka.ApacheKafka):
-    #: kill(), restart(), its secured listeners. None for other kinds.
+    #: its process, kill(), restart(). None for other kinds.
     node: Any = field(default=None, repr=False)
-    frozen: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         if self.node is not None:
             self.pid = None  # the node's current process, which restart() replaces
 
-    def _pid(self) -> int | None:
+    def process_id(self) -> int | None:
+        """The broker's process now (a restarted node's is a new one); None if not ours."""
         if self.node is not None and self.node.process is not None:
             return self.node.process.pid
         return self.pid
 
     def supports(self, feature: str) -> bool:
-        if feature == "freeze":
-            return self._pid() is not None or self.container is not None
         return self.capabilities.get(feature, True)
-
-    def freeze(self) -> None:
-        """Make the broker stop answering, connections left open: SIGSTOP of the local process,
-        `docker pause` (cgroup freezer) of the container. Raises FreezeUnsupported for an
-        external cluster."""
-        if self._pid() is not None:
-            os.kill(self._pid(), signal.SIGSTOP)
-        elif self.container is not None:
-            self.container.get_wrapped_container().pause()
-        else:
-            raise FreezeUnsupported(
-                f"the {self.kind} broker at {self.bootstrap_servers} runs outside this machine's "
-                "control: it cannot be frozen (supports('freeze') is False)"
-            )
-        self.frozen = True
-
-    def resume(self) -> None:
-        """Undo freeze()."""
-        if self._pid() is not None:
-            os.kill(self._pid(), signal.SIGCONT)
-        elif self.container is not None:
-            self.container.get_wrapped_container().unpause()
-        else:
-            raise FreezeUnsupported(f"the {self.kind} broker cannot be frozen, nor resumed")
-        self.frozen = False
 
 
 def free_port() -> int:

@@ -32,6 +32,7 @@ from typing import Any
 
 from connectors.local.apache_kafka import LATEST, Generation, apache_kafka, property_value
 from connectors.local.broker_handle import Broker, wait_until_ready
+from integration_tests.support.broker_control import TestBroker
 from integration_tests.support.certs import generate_test_pki
 
 log = logging.getLogger(__name__)
@@ -276,7 +277,7 @@ def _kafka_container(
 def testcontainers_broker() -> Iterator[Broker]:
     """Real Apache Kafka: the pinned apache/kafka image, one KRaft node, in Docker."""
     with _kafka_container(kafka_container_settings()) as (container, host, mapped):
-        yield Broker(f"{host}:{mapped[PLAINTEXT_PORT]}", "testcontainers", container=container)
+        yield TestBroker(f"{host}:{mapped[PLAINTEXT_PORT]}", "testcontainers", container=container)
 
 
 def _pem(value: str) -> str:
@@ -324,7 +325,8 @@ def secured_container(
             raise RuntimeError(
                 f"SASL_SSL listener: {e}\nthe Kafka container's log ends:\n{tail}"
             ) from None
-        broker = Broker(f"{host}:{mapped[PLAINTEXT_PORT]}", "testcontainers", container=container)
+        broker = TestBroker(f"{host}:{mapped[PLAINTEXT_PORT]}", "testcontainers",
+                            container=container)
         yield sasl_bootstrap, broker
 
 
@@ -334,7 +336,7 @@ def apache_kafka_broker(generation: Generation = LATEST) -> Iterator[Broker]:
     every secured listener (a throwaway PKI): freeze() stops the JVM, `broker.node` is the node
     itself (kill, restart, listeners)."""
     with apache_kafka(generation, make_pki=generate_test_pki) as kafka:
-        yield Broker(kafka.bootstrap_servers, "apache-kafka", node=kafka)
+        yield TestBroker(kafka.bootstrap_servers, "apache-kafka", node=kafka)
 
 
 def broker_choice() -> str:
@@ -357,7 +359,7 @@ def kafka_broker() -> Iterator[Broker]:
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if external:
         wait_until_ready(external, None)
-        yield Broker(external, "external")
+        yield TestBroker(external, "external")
         return
     ok, reason = docker_available()
     if ok:
