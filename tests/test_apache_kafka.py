@@ -1,6 +1,6 @@
-"""The local Apache Kafka's pure parts: its configuration (secured listeners only with the tests'
-PKI), the pom that fetches it, where its jars are cached, and the message when nothing can fetch
-them."""
+"""The local Apache Kafka's pure parts: its configuration (PLAINTEXT from the wheel; the tests'
+secured listeners, integration_tests/support/secured_node.py, only when a test adds them), the
+pom that fetches it, where its jars are cached, and the message when nothing can fetch them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from connectors.local import apache_kafka as ak
 from integration_tests.support.brokers import apache_kafka_broker
+from integration_tests.support import secured_node as sn
 from integration_tests.support.certs import generate_test_pki
 
 
@@ -19,8 +20,9 @@ def pki(tmp_path_factory):
 
 
 def _props(pki, generation=ak.LATEST):
-    ports = {name: 10000 + i for i, name in enumerate((*ak.LISTENERS, "CONTROLLER"))}
-    return ak.server_properties(generation, ports, "/data", pki, {"alice": "pw1", "limited": "pw2"})
+    ports = {name: 10000 + i for i, name in enumerate((*sn.LISTENERS, "CONTROLLER"))}
+    listeners = sn.SecuredListeners(pki, {"alice": "pw1", "limited": "pw2"})
+    return ak.server_properties(generation, ports, "/data", listeners)
 
 
 def test_one_node_holds_its_internal_topics_with_one_replica(pki):
@@ -31,7 +33,7 @@ def test_one_node_holds_its_internal_topics_with_one_replica(pki):
         assert props[key] == "1", key
     # every listener advertised on loopback, the controller's not
     assert "CONTROLLER" not in props["advertised.listeners"]
-    assert props["advertised.listeners"].count("127.0.0.1") == len(ak.LISTENERS)
+    assert props["advertised.listeners"].count("127.0.0.1") == len(sn.LISTENERS)
 
 
 def test_secured_listeners_and_the_authorizer(pki):
@@ -43,7 +45,7 @@ def test_secured_listeners_and_the_authorizer(pki):
     assert props["listener.name.mtls.ssl.client.auth"] == "required"
     assert "StandardAuthorizer" in props["authorizer.class.name"]
     supers = props["super.users"].split(";")
-    assert f"User:{ak.LIMITED_USER}" not in supers and f"User:{ak.SCRAM_USER}" in supers
+    assert f"User:{sn.LIMITED_USER}" not in supers and f"User:{sn.SCRAM_USER}" in supers
     assert 'user_limited="pw2"' in props["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     assert "BEGIN PRIVATE KEY" in props["ssl.keystore.key"]
 
@@ -51,11 +53,20 @@ def test_secured_listeners_and_the_authorizer(pki):
 def test_without_a_pki_the_node_serves_plaintext_only():
     """What `kafka-eos broker` and the demo start: no certificate is made, no SASL user."""
     ports = {"PLAINTEXT": 10000, "CONTROLLER": 10001}
-    props = ak.server_properties(ak.LATEST, ports, "/data", None, {})
+    props = ak.server_properties(ak.LATEST, ports, "/data")
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:10000,CONTROLLER://127.0.0.1:10001"
     assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:10000"
     assert not [k for k in props if k.startswith(("ssl.", "sasl.", "listener.name."))]
-    assert ak.served_listeners(None) == ("PLAINTEXT",)
+    assert props["super.users"] == "User:ANONYMOUS"
+    # the wheel knows no test user and no secured listener
+    assert not hasattr(ak, "SCRAM_USER") and not hasattr(ak, "LIMITED_USER")
+
+
+def test_the_secured_node_formats_its_sasl_users():
+    listeners = sn.SecuredListeners(None, {"alice": "pw1"})
+    assert listeners.format_args() == [
+        "--add-scram", "SCRAM-SHA-512=[name=alice,password=pw1]",
+        "--add-scram", "SCRAM-SHA-256=[name=alice,password=pw1]"]
 
 
 def test_share_coordinator_settings_only_where_the_broker_knows_them(pki):

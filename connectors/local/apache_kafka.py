@@ -9,13 +9,11 @@ installed, otherwise with the Ivy that PySpark ships. Two generations are pinned
   checks the finalized level through ApiVersions and fails loudly if it is not the expected one;
 * `GENERATION_3` (3.9.x): transaction version 1, what most managed clusters still run.
 
-A node serves PLAINTEXT; given a PKI (`make_pki`, the tests' throwaway certificates), it also
-serves every secured listener the tests need: SASL_SSL (SCRAM-SHA-512/256), SSL (no client
-certificate), MTLS (SSL, client certificate required), SASL_PLAINTEXT (PLAIN and SCRAM). The
-StandardAuthorizer is on: the PLAINTEXT and TLS-only
-principals and the SASL user `alice` are super users, `limited` has no ACL at all (the tests of
-ACL refusals use it). `kill()` / `restart()` SIGKILL the JVM and start it again on its data
-directory; `freeze()` / `resume()` (the Broker's) SIGSTOP and SIGCONT it.
+A node serves PLAINTEXT, with the StandardAuthorizer on (the PLAINTEXT principal is a super
+user). A caller may add listeners (`ExtraListeners`): the test suite's secured ones (SASL_SSL,
+SSL, mTLS, SASL_PLAINTEXT, with their users) are built in integration_tests/support/
+secured_node.py, outside the wheel. `kill()` / `restart()` SIGKILL the JVM and start it again
+on its data directory.
 """
 
 from __future__ import annotations
@@ -25,13 +23,12 @@ import contextlib
 import fcntl
 import logging
 import os
-import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -68,10 +65,6 @@ GENERATION_3 = Generation(
 )
 GENERATIONS = {"4": LATEST, "3": GENERATION_3}
 
-SCRAM_USER = "alice"
-LIMITED_USER = "limited"  # a SASL user with no ACL: for the authorizer's refusals
-CLIENT_CN = "test client"  # the CN of integration_tests.support.certs' client certificate
-
 
 class ServerPKI(Protocol):
     """The certificates a node's TLS listeners serve (paths of PEM files)."""
@@ -83,6 +76,24 @@ class ServerPKI(Protocol):
 
 #: Makes a PKI in the directory it is given (integration_tests/support/certs.py).
 MakePKI = Callable[[str], ServerPKI]
+
+
+class ExtraListeners(Protocol):
+    """Listeners a node serves beyond PLAINTEXT, and what they need (the tests' secured ones:
+    integration_tests/support/secured_node.py)."""
+
+    #: Listener name -> its security protocol, e.g. {"MTLS": "SSL"}.
+    protocols: Mapping[str, str]
+
+    def server_properties(self) -> dict[str, str]:
+        """What the listeners need in server.properties (TLS material, SASL, super users)."""
+
+    def format_args(self) -> list[str]:
+        """Extra arguments of the storage format (e.g. the SASL users' SCRAM credentials)."""
+
+
+#: Makes a node's extra listeners, in the node's directory it is given.
+MakeListeners = Callable[[Path], ExtraListeners]
 
 
 class KafkaUnavailable(RuntimeError):
@@ -216,36 +227,23 @@ def property_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\r", "").replace("\n", "\\n")
 
 
-LISTENERS = ("PLAINTEXT", "SASL_SSL", "SSL", "MTLS", "SASL_PLAINTEXT")
-_PROTOCOLS = {"PLAINTEXT": "PLAINTEXT", "SASL_SSL": "SASL_SSL", "SSL": "SSL", "MTLS": "SSL",
-              "SASL_PLAINTEXT": "SASL_PLAINTEXT", "CONTROLLER": "PLAINTEXT"}
-SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
-
-
-def served_listeners(pki: ServerPKI | None) -> tuple[str, ...]:
-    """The listeners a node serves: every one of LISTENERS with a PKI, else PLAINTEXT only."""
-    return LISTENERS if pki is not None else ("PLAINTEXT",)
-
-
 def server_properties(
-    generation: Generation, ports: dict[str, int], data_dir: str, pki: ServerPKI | None,
-    passwords: dict[str, str], overrides: dict[str, str] | None = None,
+    generation: Generation, ports: dict[str, int], data_dir: str,
+    extra: ExtraListeners | None = None, overrides: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """server.properties of the single node (values unescaped): the secured listeners and
-    their SASL users only with a `pki`."""
-    def pem(path: str) -> str:
-        return Path(path).read_text().strip() + "\n"
-
-    served = served_listeners(pki)
-    listeners = [*served, "CONTROLLER"]
+    """server.properties of the single node (values unescaped): PLAINTEXT, and `extra`'s
+    listeners with their settings."""
+    protocols = {"PLAINTEXT": "PLAINTEXT", **(extra.protocols if extra else {})}
+    listeners = [*protocols, "CONTROLLER"]
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{ports['CONTROLLER']}",
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in listeners),
-        "advertised.listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in served),
-        "listener.security.protocol.map": ",".join(f"{n}:{_PROTOCOLS[n]}" for n in listeners),
+        "advertised.listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in protocols),
+        "listener.security.protocol.map": ",".join(
+            f"{n}:{p}" for n, p in {**protocols, "CONTROLLER": "PLAINTEXT"}.items()),
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": data_dir,
         "num.partitions": "1",
@@ -261,28 +259,10 @@ def server_properties(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         "log.flush.interval.messages": "9223372036854775807",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": f"User:ANONYMOUS;User:{SCRAM_USER};User:{CLIENT_CN}",
+        "super.users": "User:ANONYMOUS",
     }
-    if pki is not None:
-        props.update({
-            "ssl.principal.mapping.rules": "RULE:^.*CN=([^,]+).*$/$1/,DEFAULT",
-            "sasl.enabled.mechanisms": ",".join([*SCRAM_MECHANISMS, "PLAIN"]),
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.certificate.chain": pem(pki.server_cert_pem) + pem(pki.ca_pem),
-            "ssl.keystore.key": pem(pki.server_key_pem),
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.certificates": pem(pki.ca_pem),
-            "ssl.endpoint.identification.algorithm": "",
-            "listener.name.mtls.ssl.client.auth": "required",
-            "listener.name.sasl_ssl.ssl.client.auth": "requested",
-        })
-        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-        plain_users = " ".join(f'user_{u}="{p}"' for u, p in passwords.items())
-        plain = f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};"
-        for listener in ("sasl_ssl", "sasl_plaintext"):
-            for mechanism in SCRAM_MECHANISMS:
-                props[f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config"] = scram
-            props[f"listener.name.{listener}.plain.sasl.jaas.config"] = plain
+    if extra is not None:
+        props.update(extra.server_properties())
     if generation.major >= 4:
         props.update({
             "share.coordinator.state.topic.replication.factor": "1",
@@ -364,9 +344,8 @@ class ApacheKafka:
     generation: Generation
     workdir: Path
     ports: dict[str, int]
-    #: The certificates of the secured listeners; None: PLAINTEXT only.
-    pki: ServerPKI | None
-    passwords: dict[str, str] = field(repr=False)
+    #: The listeners beyond PLAINTEXT; None: PLAINTEXT only.
+    extra: ExtraListeners | None = field(default=None, repr=False)
     jvm_options: tuple[str, ...] = ()
     process: subprocess.Popen | None = field(default=None, repr=False)
     #: The finalized transaction.version, read at start.
@@ -395,15 +374,12 @@ class ApacheKafka:
 
     def format(self, overrides: dict[str, str] | None = None) -> None:
         props = server_properties(self.generation, self.ports, str(self.workdir / "data"),
-                                  self.pki, self.passwords, overrides)
+                                  self.extra, overrides)
         (self.workdir / "server.properties").write_text(properties_text(props))
         log_name = str(self.log_file)
         (self.workdir / "log4j2.properties").write_text(LOG4J2.format(log=log_name))
         (self.workdir / "log4j.properties").write_text(LOG4J1.format(log=log_name))
-        scram = []
-        for user, password in self.passwords.items():
-            for mechanism in SCRAM_MECHANISMS:
-                scram += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
+        scram = self.extra.format_args() if self.extra is not None else []
         result = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", f"--cluster-id={new_cluster_id()}",
                        "-c", str(self.workdir / "server.properties"), *scram),
@@ -518,26 +494,25 @@ def distinct_free_ports(names, pick=free_port) -> dict[str, int]:
 def apache_kafka(
     generation: Generation = LATEST, *, overrides: dict[str, str] | None = None,
     check_transaction_version: bool = True, plaintext_port: int | None = None,
-    make_pki: MakePKI | None = None,
+    listeners: MakeListeners | None = None,
 ) -> Iterator[ApacheKafka]:
     """Fetch (once), format and start one node; stop it and delete its data on exit.
     `plaintext_port`: the PLAINTEXT listener's port (`kafka-eos broker --port`), else a free
-    one; the other listeners always take free ports. `make_pki`: the secured listeners too,
-    with the PKI it makes in the node's directory (and SASL users with random passwords)."""
+    one; the other listeners always take free ports. `listeners`: makes the node's extra
+    listeners (in its directory), e.g. the tests' secured ones."""
     kafka_jars(generation)
     workdir = Path(tempfile.mkdtemp(prefix=f"apache-kafka-{generation.version}-"))
     try:
-        pki = make_pki(str(workdir / "pki")) if make_pki is not None else None
-        passwords = {SCRAM_USER: secrets.token_urlsafe(16),
-                     LIMITED_USER: secrets.token_urlsafe(16)} if pki is not None else {}
+        extra = listeners(workdir) if listeners is not None else None
         for attempt in range(3):
             # Free ports are picked before the JVM binds them: another process may take one
             # in between (a busy test machine). Then the node is formatted afresh on new ones.
-            ports = distinct_free_ports((*served_listeners(pki), "CONTROLLER"))
+            ports = distinct_free_ports(("PLAINTEXT", *(extra.protocols if extra else ()),
+                                         "CONTROLLER"))
             if plaintext_port:
                 ports["PLAINTEXT"] = plaintext_port
             shutil.rmtree(workdir / "data", ignore_errors=True)
-            kafka = ApacheKafka(generation, workdir, ports, pki, passwords)
+            kafka = ApacheKafka(generation, workdir, ports, extra)
             kafka.format(overrides)
             try:
                 kafka.start()

@@ -33,7 +33,7 @@ from typing import Any
 from connectors.local.apache_kafka import LATEST, Generation, apache_kafka, property_value
 from connectors.local.broker_handle import Broker, wait_until_ready
 from integration_tests.support.broker_control import TestBroker
-from integration_tests.support.certs import generate_test_pki
+from integration_tests.support.secured_node import make_secured_listeners
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ def apache_kafka_broker(generation: Generation = LATEST) -> Iterator[Broker]:
     """Apache Kafka from its Maven jars as the suite's `Broker` (kind "apache-kafka"), with
     every secured listener (a throwaway PKI): freeze() stops the JVM, `broker.node` is the node
     itself (kill, restart, listeners)."""
-    with apache_kafka(generation, make_pki=generate_test_pki) as kafka:
+    with apache_kafka(generation, listeners=make_secured_listeners) as kafka:
         yield TestBroker(kafka.bootstrap_servers, "apache-kafka", node=kafka)
 
 

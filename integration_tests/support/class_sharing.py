@@ -192,7 +192,7 @@ def dump_kafka_archives(folder: Path) -> None:
                 kafka_jars(generation)
                 partial = {main: work / f"{main}.jsa" for main in KAFKA_MAINS}
                 ports = {"PLAINTEXT": free_port(), "CONTROLLER": free_port()}
-                node = ApacheKafka(generation, work, ports, None, {}, jvm_options=(
+                node = ApacheKafka(generation, work, ports, jvm_options=(
                     f"-XX:ArchiveClassesAtExit={partial['kafka.tools.StorageTool']}",))
                 node.format()
                 node.jvm_options = (f"-XX:ArchiveClassesAtExit={partial['kafka.Kafka']}",)

@@ -98,7 +98,7 @@ def secured_listener(
     user: str = "alice",
 ) -> SecuredBroker:
     """The listener of `node` (a running `ApacheKafka`) for `protocol`, with the client options
-    of `user` (one of `node.passwords`: "alice", a super user, or "limited", no ACL at all).
+    of `user` (one of `node.extra.passwords`: "alice", a super user, or "limited", no ACL at all).
 
     `mechanism` applies to the SASL protocols (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN); `mtls`
     makes the client present the test client certificate (protocol SSL: the MTLS listener,
@@ -107,17 +107,17 @@ def secured_listener(
     sasl = protocol.startswith("SASL_")
     if sasl and mechanism not in MECHANISMS:
         raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, not {mechanism!r}")
-    if sasl and user not in node.passwords:
-        raise ValueError(f"no SASL user {user!r} on this node (it has {sorted(node.passwords)})")
-    users = {user: node.passwords[user]} if sasl else {}
+    if sasl and user not in node.extra.passwords:
+        raise ValueError(f"no SASL user {user!r} on this node (it has {sorted(node.extra.passwords)})")
+    users = {user: node.extra.passwords[user]} if sasl else {}
     return SecuredBroker(
         bootstrap_servers=node.address(listener),
         protocol=protocol,
         mechanism=mechanism if sasl else None,
-        pki=node.pki,
+        pki=node.extra.pki,
         mtls=mtls,
         users=users,
-        client_options=client_options(protocol, mechanism if sasl else None, node.pki, mtls,
+        client_options=client_options(protocol, mechanism if sasl else None, node.extra.pki, mtls,
                                       users),
         listener=listener,
         upstream_bootstrap_servers=node.address("PLAINTEXT"),
