@@ -2,9 +2,10 @@
 applies the COMMIT/ABORT control markers itself, so it is right on every broker, including the
 embedded one, whose read_committed does not hide aborted records (docs/design.md#brokers). A
 transactional batch from producer P on a partition counts only if P's next control marker there
-is COMMIT; a non-transactional batch counts at once. Used by the tests, by `connectors demo`,
-and documented for users checking a `kafka-eos` sink's output on a broker without
-read_committed (docs/testing.md): `committed(bootstrap, topic)`. Uses kafka-python's client, protocol
+is COMMIT; a non-transactional batch counts at once. It is in the wheel for `connectors demo`'s
+verdict (connectors/demo/verify.py) and for users checking a `kafka-eos` sink's output on a
+broker without read_committed (docs/testing.md): `committed(bootstrap, topic)`; the tests use it
+too. Uses kafka-python's client, protocol
 layer and record parser, not the product's commit code; only the translation of the `kafka.*`
 security options to kafka-python's settings is shared (so that it reads secured clusters too).
 """
