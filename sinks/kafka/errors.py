@@ -6,6 +6,7 @@ fenced, unauthorized) live with it, in commit_client.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -82,3 +83,37 @@ def delivery_error(err: KafkaError, msg: Any) -> Any:
         f"max.message.bytes=N), or keep the producer's batches under it: kafka.batch.size and "
         f"kafka.message.max.bytes at most the topic's limit", err)
 
+
+def row_place(batch: Any, task: Any) -> Callable[[int], str]:
+    """Describes a row of `batch` for errors: its source coordinates when the rows carry them
+    (`offset`, with `topic` and `partition`: a kafka-eos source's rows written on), else its
+    place in the task's (TaskInfo) input."""
+    names = batch.schema.names
+
+    def where(row: int) -> str:
+        if "offset" in names:
+            return "source row " + " ".join(
+                f"{c} {batch.column(c)[row].as_py()}" for c in ("topic", "partition", "offset")
+                if c in names)
+        return (f"row {row} of Spark partition {task.partition_id}'s input in batch "
+                f"{task.batch_id}")
+
+    return where
+
+
+def record_too_large(err: KafkaError, describe: str, limit: str | None, where: str, topic: str,
+                     value: Any, key: Any, headers: Any = None) -> RecordTooLarge:
+    """produce()'s own size check (librdkafka refuses a record over the producer's
+    `message.max.bytes` before sending it) as a RecordTooLarge naming the record, where it came
+    from, and the settings to change."""
+    size = record_size(value) + record_size(key) + sum(
+        record_size(h.get("key")) + record_size(h.get("value")) for h in headers or ())
+    limit_text = (f"kafka.message.max.bytes = {limit}" if limit else
+                  f"kafka.message.max.bytes = {LIBRDKAFKA_MESSAGE_MAX_BYTES:,} (librdkafka's "
+                  "default)")
+    return RecordTooLarge(
+        f"{describe}: record too large for the producer (MSG_SIZE_TOO_LARGE): "
+        f"{size:,} bytes ({show_key(key)}, {where}) for topic {topic}, over "
+        f"{limit_text}. Raise .option(\"kafka.message.max.bytes\", ...) above the "
+        f"record's size (the topic's max.message.bytes, default "
+        f"{BROKER_MAX_MESSAGE_BYTES:,}, must allow it too), or write smaller records", err)

@@ -43,13 +43,7 @@ from sinks.kafka.commit_client import (
     end_transaction,
     fence_transactional_id,
 )
-from sinks.kafka.errors import (
-    BROKER_MAX_MESSAGE_BYTES,
-    LIBRDKAFKA_MESSAGE_MAX_BYTES,
-    RecordTooLarge,
-    record_size,
-    show_key,
-)
+from sinks.kafka.errors import RecordTooLarge, record_too_large, row_place
 from sinks.kafka.handles import KafkaHandle, kafka_handle
 from sinks.kafka.ids import acl_check_id, parse_transactional_id, transactional_id
 from sinks.kafka.options import KafkaSinkOptions
@@ -154,21 +148,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         plan = (self.encodings or {}).get(name)
         if plan is None:
             return batch.column(name).to_pylist()
-        return encoder_for(plan).encode(batch.column(name), where=self._row_place(txn, batch))
-
-    def _row_place(self, txn: KafkaTxn, batch: pa.RecordBatch):
-        """Describes a row for errors: its source coordinates when the rows carry them."""
-        names = batch.schema.names
-
-        def where(row: int) -> str:
-            if "offset" in names:
-                return "source row " + " ".join(
-                    f"{c} {batch.column(c)[row].as_py()}" for c in ("topic", "partition", "offset")
-                    if c in names)
-            return (f"row {row} of Spark partition {txn.info.partition_id}'s input in batch "
-                    f"{txn.info.batch_id}")
-
-        return where
+        return encoder_for(plan).encode(batch.column(name), where=row_place(batch, txn.info))
 
     def _check_transactional_id_acl(self) -> None:
         """Once per process and configuration: InitProducerId for `<prefix>-acl-check`, an id
@@ -274,34 +254,13 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
 
     def _too_large(self, e: KafkaException, txn: KafkaTxn, batch: pa.RecordBatch, row: int,
                    topic: str, value: Any, key: Any, headers: Any = None) -> Exception:
-        """produce()'s own size check (librdkafka refuses a record over the producer's
-        `message.max.bytes` before sending it) as a RecordTooLarge naming the record, its
-        source row when the rows carry Kafka coordinates (`offset`, with `topic` and
-        `partition`: a kafka-eos source's rows written on), and the settings to change; any
+        """produce()'s own size check as a RecordTooLarge naming the record (errors.py); any
         other produce() error as it is."""
         err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
         if err is None or err.code() != KafkaError.MSG_SIZE_TOO_LARGE:
             return e
-        size = record_size(value) + record_size(key) + sum(
-            record_size(h.get("key")) + record_size(h.get("value")) for h in headers or ())
-        limit = self.options.kafka_conf.get("message.max.bytes")
-        limit_text = (f"kafka.message.max.bytes = {limit}" if limit else
-                      f"kafka.message.max.bytes = {LIBRDKAFKA_MESSAGE_MAX_BYTES:,} (librdkafka's "
-                      "default)")
-        names = batch.schema.names
-        if "offset" in names:
-            src = {c: batch.column(c)[row].as_py() for c in ("topic", "partition", "offset")
-                   if c in names}
-            where = "source row " + " ".join(f"{c} {v}" for c, v in src.items())
-        else:
-            where = (f"row {row} of Spark partition {txn.info.partition_id}'s input in batch "
-                     f"{txn.info.batch_id}")
-        return RecordTooLarge(
-            f"{self.describe()}: record too large for the producer (MSG_SIZE_TOO_LARGE): "
-            f"{size:,} bytes ({show_key(key)}, {where}) for topic {topic}, over "
-            f"{limit_text}. Raise .option(\"kafka.message.max.bytes\", ...) above the "
-            f"record's size (the topic's max.message.bytes, default "
-            f"{BROKER_MAX_MESSAGE_BYTES:,}, must allow it too), or write smaller records", err)
+        return record_too_large(err, self.describe(), self.options.kafka_conf.get(
+            "message.max.bytes"), row_place(batch, txn.info)(row), topic, value, key, headers)
 
     def _raise_fatal(self, txn: KafkaTxn) -> None:
         """Stop writing at a fatal producer error: a fenced producer is a zombie attempt."""
