@@ -31,7 +31,7 @@ import signal
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -102,10 +102,16 @@ def cache_dir() -> Path:
 # -- jars ----------------------------------------------------------------------------------
 
 
-def _pom(coordinates: list[str]) -> str:
+def _pom(coordinates: list[str], exclude: Sequence[str] = ()) -> str:
+    """`exclude`: `group:artifact` names left out of every coordinate's dependencies."""
+    exclusions = "".join(
+        f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>"
+        for g, a in (e.split(":") for e in exclude)
+    )
+    exclusions = f"<exclusions>{exclusions}</exclusions>" if exclusions else ""
     deps = "".join(
         f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
-        "</dependency>"
+        f"{exclusions}</dependency>"
         for g, a, v in (c.split(":") for c in coordinates)
     )
     return (
@@ -115,8 +121,11 @@ def _pom(coordinates: list[str]) -> str:
     )
 
 
-def resolve_with_maven(coordinates: list[str], work: Path, lib: Path) -> None:
-    (work / "pom.xml").write_text(_pom(coordinates))
+def resolve_with_maven(coordinates: list[str], work: Path, lib: Path, *,
+                       exclude: Sequence[str] = ()) -> None:
+    """`coordinates` and their runtime dependencies into `lib`, less the `group:artifact` names
+    in `exclude` (a dependency too large to ship, whose parts are listed instead)."""
+    (work / "pom.xml").write_text(_pom(coordinates, exclude))
     cmd = ["mvn", "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
            "-DincludeScope=runtime", f"-DoutputDirectory={lib}"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -136,15 +145,17 @@ def ivy_jar() -> Path | None:
     return found[-1] if found else None
 
 
-def resolve_with_ivy(coordinates: list[str], work: Path, lib: Path) -> None:
-    """PySpark's own Ivy, standalone: no Maven needed, Maven Central reached directly."""
+def resolve_with_ivy(coordinates: list[str], work: Path, lib: Path, *,
+                     exclude: Sequence[str] = ()) -> None:
+    """PySpark's own Ivy, standalone: no Maven needed, Maven Central reached directly.
+    `exclude` as `resolve_with_maven`'s."""
     ivy = ivy_jar()
     if ivy is None:
         raise KafkaUnavailable("neither mvn nor PySpark's Ivy jar is available")
     deps = "".join(
         f'<dependency org="{g}" name="{a}" rev="{v}" conf="default->default"/>'
         for g, a, v in (c.split(":") for c in coordinates)
-    )
+    ) + "".join(f'<exclude org="{g}" module="{a}"/>' for g, a in (e.split(":") for e in exclude))
     (work / "ivy.xml").write_text(
         '<ivy-module version="2.0"><info organisation="kafka-eos" module="jars"/>'
         f'<dependencies>{deps}</dependencies></ivy-module>\n')
