@@ -14,7 +14,7 @@ planning workers and every executor's Python workers (a format PySpark finds by 
 `SparkContext.pythonExec`: DataSourceManager and UserDefinedPythonDataSource in Spark 4). An
 absolute path to this interpreter is a path on the driver's host: on another host it is
 missing (`Cannot run program ".../venv/bin/python": error=2`) or another Python without the
-package (`No module named 'pyarrow'`), and every task failed (DESIGN.md s.13). So, when
+package (`No module named 'pyarrow'`), and every task failed (docs/deploying.md). So, when
 `PYSPARK_PYTHON` is unset, it is set here to a command name, `python3` (the interpreter's own
 name when its folder has no `python3` that is itself), and the interpreter's folder goes first
 on PATH when that name would find another Python there: on this host the name is this

@@ -1,6 +1,6 @@
 """A Spark standalone cluster of separate hosts for tests: the master in the root namespace (where
 the driver runs), each worker, and so its executors, in a host of a network lab
-(integration_tests/support/netns.py) and in a mount namespace of its own (DESIGN.md s.13).
+(integration_tests/support/netns.py) and in a mount namespace of its own (docs/deploying.md).
 
     with network_lab(hosts=6) as lab, spark_cluster(lab, workers=[4, 5]) as cluster:
         cluster.master_url                 # spark://10.X.0.1:P
@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from integration_tests.support.netns import Lab
+from connectors.local.spark import QUICK_START_JAVA_OPTIONS
 from integration_tests.support.processes import ROOT
 
 CACHE = Path(os.environ.get("KAFKA_EOS_CACHE", Path.home() / ".cache" / "kafka-eos"))
@@ -47,6 +48,9 @@ PACKAGE_PARTS = ("connectors", "sources", "sinks", "pyproject.toml", "pyspark_ka
 #: The extras the nodes install: every sink the lane runs.
 NODE_EXTRAS = "postgres"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+#: An application's settings for short runs on the test cluster (see `spark_cluster`).
+QUICK_START_CONF = {"spark.driver.extraJavaOptions": QUICK_START_JAVA_OPTIONS,
+                    "spark.executor.extraJavaOptions": QUICK_START_JAVA_OPTIONS}
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 
@@ -177,7 +181,7 @@ class SparkCluster:
         env.update(PATH=f"{self.env / 'bin'}:/usr/local/bin:/usr/bin:/bin",
                    SPARK_HOME=str(self.spark_home), SPARK_LOCAL_IP=self.lab.address(host),
                    SPARK_LOG_DIR="/tmp/spark-logs", SPARK_WORKER_DIR="/tmp/spark-work",
-                   SPARK_NO_DAEMONIZE="1")
+                   SPARK_NO_DAEMONIZE="1", SPARK_DAEMON_JAVA_OPTS=QUICK_START_JAVA_OPTIONS)
         return env
 
     def start_worker(self, host: int, timeout_s: float = 90) -> None:
@@ -273,13 +277,16 @@ def _free_port(host: str) -> int:
 def spark_cluster(lab: Lab, workers: list[int], *, logs: Path, cores: int = 1,
                   memory: str = "1g", timeout_s: float = 90) -> Iterator[SparkCluster]:
     """The master on the lab's root address (this machine's PySpark), a worker in each host of
-    `workers` (the nodes' own environment); all killed on exit."""
+    `workers` (the nodes' own environment); all killed on exit. The daemons' JVMs compile with
+    C1 only and the serial collector (connectors.local.spark.QUICK_START_JAVA_OPTIONS): short
+    runs on two cores; `QUICK_START_CONF` does the same for an application's driver and
+    executors."""
     env = worker_environment()
     logs.mkdir(parents=True, exist_ok=True)
     port = _free_port(lab.client)
     spark_home = Path(__import__("pyspark").__file__).parent
     master_env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": lab.client,
-                  "SPARK_NO_DAEMONIZE": "1"}
+                  "SPARK_NO_DAEMONIZE": "1", "SPARK_DAEMON_JAVA_OPTS": QUICK_START_JAVA_OPTIONS}
     log = open(logs / "master.log", "ab")
     master = subprocess.Popen(
         [str(spark_home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
