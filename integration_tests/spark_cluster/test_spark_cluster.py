@@ -267,7 +267,7 @@ def test_three_sinks_on_a_cluster_of_separate_hosts_lose_executors_a_worker_and_
 
         wait_for(drained, 300, f"every store to hold the {len(expected)} input records")
         until = time.time()
-        assert_exactly_once_in_topic(kafka.bootstrap_servers, out_topic, expected)
+        assert_exactly_once_in_topic(kafka.bootstrap_servers, out_topic, expected, PARTITIONS)
         assert_records_once(table_records(table), expected, "delta-eos on S3")
         verify_postgres(lane.postgres, checkpoints["pg"], str(app.log), expected, pg_table)
         for name in ("kafka", "delta"):
@@ -291,3 +291,77 @@ def test_three_sinks_on_a_cluster_of_separate_hosts_lose_executors_a_worker_and_
         producer.halt()
         if app.proc is not None:
             kill_group(app.proc)
+
+
+def _drain(lane: Lane, name: str, *, checkpoint: str, table: str, records: int,
+           env: dict[str, str] | None = None, cwd: str = ROOT,
+           spark_conf: tuple[str, ...] = ()) -> tuple[int, str, list]:
+    """A `kafka-eos -> delta-eos` application that reads a fresh topic of `records` records to
+    its end and stops: (its exit status, its log, the input)."""
+    from integration_tests.support.kafka_data import produce
+
+    tag = uuid.uuid4().hex[:8]
+    topic = f"sc-{name}-{tag}"
+    lane.kafka.create_topic(topic, PARTITIONS)
+    expected = produce(lane.kafka.bootstrap_servers, topic, PARTITIONS, records // PARTITIONS)
+    log = lane.work / f"{name}-{tag}.log"
+    conf = ["spark.executor.memory=512m", *(f"{k}={v}" for k, v in QUICK_START_CONF.items()),
+            *(f"spark.executorEnv.{k}={v}" for k, v in lane.s3.env.items()), *spark_conf]
+    args = [sys.executable, "-m", PIPELINE, "--master", lane.cluster.master_url,
+            "--driver-host", lane.lab.client, "--bootstrap", lane.kafka.bootstrap_servers,
+            "--topic", topic, "--checkpoint", checkpoint, "--table", table,
+            *(x for c in conf for x in ("--spark-conf", c))]
+    with open(log, "ab") as out:
+        proc = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                              env={**driver_env(lane), **(env or {})}, timeout=600)
+    return proc.returncode, log.read_text(errors="replace"), expected
+
+
+def test_a_checkpoint_on_the_drivers_disk_is_refused_by_the_first_task(lane: Lane) -> None:
+    """The common mistake: `checkpointLocation` a path on the driver's disk. The executors,
+    other hosts, do not see it; the first task refuses before it writes anything, saying
+    what to use, and the query stops (instead of tasks recording their prepared transactions
+    on their own disks, where the driver's recovery never finds them)."""
+    bucket = lane.s3.create_bucket()
+    checkpoint = str(lane.work / "ck-on-the-drivers-disk")
+    rc, log, _ = _drain(lane, "local-ck", checkpoint=checkpoint, table=f"s3://{bucket}/t",
+                        records=20, spark_conf=("spark.task.maxFailures=1",))
+    assert rc != 0, log[-3000:]
+    assert (f"CheckpointNotShared: checkpointLocation {checkpoint!r} is a path on the driver's "
+            "local disk, which this executor") in log, log[-3000:]
+    # Nothing reached the table: the refusal came before the task's transaction.
+    assert lane.s3.list_keys(bucket, "t/_delta_log/") == []
+
+
+def test_a_packed_environment_shipped_with_spark_archives_on_nodes_without_the_package(
+        lane: Lane) -> None:
+    """The YARN and Kubernetes way (docs/deploying.md): the nodes have Spark and no package;
+    the package and its dependencies travel as a `venv-pack` archive in `spark.archives`, and
+    `PYSPARK_PYTHON=./environment/bin/python` runs it. The driver's planning workers run the
+    same command (docs/deploying.md, rule 2): the driver's working directory has
+    `./environment`, a link to the environment the archive was packed from."""
+    from integration_tests.support.spark_cluster import bare_node_environment, packed_environment
+
+    bare = bare_node_environment()
+    packed, archive = packed_environment()
+    for host in WORKERS:
+        lane.cluster.kill_worker(host)
+        lane.cluster.launch_worker(host, env=bare)
+    lane.cluster.wait_workers(WORKERS)
+    probe = lane.lab.exec(WORKERS[0], [str(bare / "bin" / "python"), "-c", "import connectors"],
+                          check=False)
+    assert probe.returncode != 0, "the bare nodes' Python must lack the package"
+    driver_dir = lane.work / "archives-driver"
+    driver_dir.mkdir()
+    (driver_dir / "environment").symlink_to(packed)
+    bucket = lane.s3.create_bucket()
+    table = f"s3://{bucket}/t"
+    rc, log, expected = _drain(
+        lane, "archives", checkpoint=f"s3a://{bucket}/ck", table=table, records=200,
+        env={"PYSPARK_PYTHON": "./environment/bin/python"}, cwd=str(driver_dir),
+        spark_conf=(f"spark.archives={archive}#environment",
+                    *(f"{k}={v}" for k, v in s3a_spark_conf(
+                        lane.s3.endpoint, ACCESS_KEY_ID, SECRET_ACCESS_KEY).items())))
+    assert rc == 0, log[-4000:]
+    assert "executors' Python: './environment/bin/python'" in log
+    assert_records_once(table_records(table), expected, "delta-eos, package from spark.archives")

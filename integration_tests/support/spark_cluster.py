@@ -127,6 +127,62 @@ def worker_environment(root: Path = Path(ROOT)) -> Path:
     return env
 
 
+def bare_node_environment() -> Path:
+    """A node with Spark and no package: a virtual environment holding this PySpark alone
+    (cached per PySpark version), for the shipping modes that bring the package along
+    (`spark.archives`)."""
+    import pyspark
+
+    env = CACHE / "cluster-env" / f"bare-py{sys.version_info[0]}{sys.version_info[1]}-pyspark-{pyspark.__version__}"
+    with _locked(env.parent / f"{env.name}.lock"):
+        if not (env / ".installed").exists():
+            shutil.rmtree(env, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+            subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q",
+                            "--disable-pip-version-check", f"pyspark=={pyspark.__version__}"],
+                           check=True, capture_output=True, text=True)
+            (env / ".installed").write_text(pyspark.__version__)
+    return env
+
+
+def packed_environment(root: Path = Path(ROOT)) -> tuple[Path, Path]:
+    """(the environment, its `venv-pack` archive): the package from this checkout's wheel with
+    its dependencies but PySpark (the executors' Spark brings its own pyspark.zip), packed as
+    an uncompressed tar (quick to pack and unpack on two cores), for `spark.archives`. Cached
+    per wheel."""
+    import tomllib
+
+    wheel = build_wheel(root)
+    deps = [d for d in tomllib.loads((root / "pyproject.toml").read_text())["project"]
+            ["dependencies"] if not d.lower().startswith("pyspark")]
+    deps += tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"].get(NODE_EXTRAS, [])
+    key = hashlib.sha256(f"{sys.version}\n{sorted(deps)}".encode()).hexdigest()[:12]
+    env = CACHE / "cluster-env" / f"packed-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
+    archive = env.with_name(f"{env.name}-{wheel.parent.name}.tar")
+    with _locked(env.parent / f"{env.name}.lock"):
+        python = env / "bin" / "python"
+        if not (env / ".deps-installed").exists():
+            shutil.rmtree(env, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q",
+                            "--disable-pip-version-check", *deps], check=True,
+                           capture_output=True, text=True)
+            (env / ".deps-installed").write_text("\n".join(deps))
+        if not archive.exists():
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            "--no-deps", "--force-reinstall", str(wheel)], check=True,
+                           capture_output=True, text=True)
+            for old in env.parent.glob(f"{env.name}-*.tar"):
+                old.unlink()
+            tmp = archive.with_suffix(".tmp.tar")
+            subprocess.run([sys.executable, "-m", "venv_pack", "-p", str(env), "-o", str(tmp),
+                            "--format", "tar", "--force"], check=True, capture_output=True,
+                           text=True)
+            tmp.rename(archive)
+    return env, archive
+
+
 def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
@@ -170,33 +226,33 @@ class SparkCluster:
     memory: str
     workers: dict[int, subprocess.Popen] = field(default_factory=dict)
 
-    @property
-    def spark_home(self) -> Path:
-        return next((self.env / "lib").glob("python3*/site-packages/pyspark"))
-
-    def node_env(self, host: int) -> dict[str, str]:
+    def node_env(self, host: int, python_env: Path | None = None) -> dict[str, str]:
         """A node's environment: its own Python first on PATH, nothing of the driver's."""
+        python_env = python_env or self.env
+        spark_home = next((python_env / "lib").glob("python3*/site-packages/pyspark"))
         keep = ("JAVA_HOME", "LANG", "LC_ALL", "HOME", "USER")
         env = {k: os.environ[k] for k in keep if k in os.environ}
-        env.update(PATH=f"{self.env / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-                   SPARK_HOME=str(self.spark_home), SPARK_LOCAL_IP=self.lab.address(host),
+        env.update(PATH=f"{python_env / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+                   SPARK_HOME=str(spark_home), SPARK_LOCAL_IP=self.lab.address(host),
                    SPARK_LOG_DIR="/tmp/spark-logs", SPARK_WORKER_DIR="/tmp/spark-work",
                    SPARK_NO_DAEMONIZE="1", SPARK_DAEMON_JAVA_OPTS=QUICK_START_JAVA_OPTIONS)
         return env
 
-    def start_worker(self, host: int, timeout_s: float = 90) -> None:
-        """Start host's worker and wait until the master lists it as alive."""
-        self.launch_worker(host)
+    def start_worker(self, host: int, timeout_s: float = 90, env: Path | None = None) -> None:
+        """Start host's worker and wait until the master lists it as alive; `env`: the node's
+        Python environment, if not the cluster's (`bare_node_environment()`)."""
+        self.launch_worker(host, env)
         self.wait_workers([host], timeout_s)
 
-    def launch_worker(self, host: int) -> None:
-        cmd = [str(self.env / "bin" / "spark-class"), WORKER_CLASS, self.master_url,
+    def launch_worker(self, host: int, env: Path | None = None) -> None:
+        env = env or self.env
+        cmd = [str(env / "bin" / "spark-class"), WORKER_CLASS, self.master_url,
                "--host", self.lab.address(host), "--cores", str(self.cores), "--memory",
                self.memory, "--work-dir", "/tmp/spark-work", "--webui-port", "0"]
         log = open(self.logs / f"worker-h{host}.log", "ab")
         self.workers[host] = subprocess.Popen(
             [*self.lab.launcher(host), *node_command(cmd, hide=hidden_from_nodes())],
-            stdout=log, stderr=subprocess.STDOUT, env=self.node_env(host),
+            stdout=log, stderr=subprocess.STDOUT, env=self.node_env(host, env),
             start_new_session=True)
 
     def wait_workers(self, hosts: list[int], timeout_s: float = 90) -> None:
