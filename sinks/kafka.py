@@ -60,6 +60,7 @@ from sinks.kafka_commit import (
     fence_transactional_id,
     transaction_outcome,
 )
+from connectors.core.cloud_tokens import librdkafka_client_conf
 from connectors.core.options import OptionError, Options
 from connectors.core.schema_registry.encoding import EncodingPlan, encoder_for
 from connectors.core.schema_registry.sink_schema import (
@@ -342,7 +343,7 @@ DEFAULT_PARTITIONER = "murmur2_random"
 def producer_conf(kafka_conf: dict[str, str]) -> dict[str, Any]:
     """What every producer of the sink starts from: the user's `kafka.*` options, with the
     Java client's partitioner unless the user chose one."""
-    conf: dict[str, Any] = dict(kafka_conf)
+    conf: dict[str, Any] = librdkafka_client_conf(kafka_conf)  # a cloud's token callback
     conf.setdefault("partitioner", DEFAULT_PARTITIONER)
     return conf
 
