@@ -208,6 +208,16 @@ def connection_hint(conf: Mapping[str, str], detail: str) -> str:
     protocol = protocol_of(conf)
     tls = protocol in ("SSL", "SASL_SSL")
     d = detail.lower()
+    oauth = protocol.startswith("SASL") and conf.get("sasl.mechanisms", "").upper() == "OAUTHBEARER"
+    if oauth and ("oauthbearer" in d or "token" in d or ("sasl" in d and "auth" in d)):
+        # a token that was not issued (the OIDC endpoint refused the client) or was refused
+        if is_cloud(conf):
+            return ("no OAUTHBEARER token was accepted: check the cloud identity's options "
+                    "(kafka.sasl.oauthbearer.method and its settings, docs/secured-clusters.md)")
+        return ("no OAUTHBEARER token was accepted: check kafka.sasl.oauthbearer.client.id, "
+                "kafka.sasl.oauthbearer.client.secret, kafka.sasl.oauthbearer.token.endpoint.url "
+                "and kafka.sasl.oauthbearer.scope (or clientId / clientSecret in "
+                "kafka.sasl.jaas.config)")
     if "sasl" in d and ("auth" in d or "credential" in d or "password" in d):
         return ("the broker refused the SASL credentials: check kafka.sasl.username, "
                 "kafka.sasl.password and kafka.sasl.mechanism (or kafka.sasl.jaas.config)")
