@@ -61,6 +61,11 @@ from sinks.kafka_commit import (
     transaction_outcome,
 )
 from connectors.core.cloud_tokens import librdkafka_client_conf
+from connectors.core.transactions_refused import (
+    TransactionsUnsupported,
+    refuses_transactions,
+)
+from connectors.core.transactions_refused import message as refused_message
 from connectors.core.options import OptionError, Options
 from connectors.core.schema_registry.encoding import EncodingPlan, encoder_for
 from connectors.core.schema_registry.sink_schema import (
@@ -509,6 +514,9 @@ def _init_transactions(
                 raise TxnAuthorizationError(
                     f"init_transactions({tid}): {err}; " + acl_needed(code, prefix), code,
                 ) from e
+            if refuses_transactions(code):
+                raise TransactionsUnsupported(
+                    refused_message(conf["bootstrap.servers"], str(err))) from None
             lower = lower_transaction_timeout(timeout_ms)
             if code != KafkaError.INVALID_TRANSACTION_TIMEOUT or user_set or lower is None:
                 raise
@@ -665,6 +673,9 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         except TxnAuthorizationError as e:
             raise self._acl_error(e) from e
         except (TransientTxnError, TxnRequestError) as e:
+            if refuses_transactions(getattr(e, "code", None), str(e)):  # e.g. Event Hubs Standard
+                raise TransactionsUnsupported(
+                    refused_message(self.options.bootstrap_servers, str(e))) from None
             log.info("%s: the transactional id ACL was not checked at start (%s)",
                      self.describe(), e)
         _ACL_CHECKED.add(key)
