@@ -315,7 +315,7 @@ def translate(conf: Mapping[str, str]) -> dict[str, str]:
     out = {k.lower(): v for k, v in conf.items()}
     # the clouds' Java options (MSK IAM, Google's handler, Databricks' shaded names):
     # connectors/core/cloud_tokens/java.py
-    translate_cloud_java(out)
+    translate_cloud_java(out, parse_jaas)
     # Java's OIDC callback handler is what sasl.oauthbearer.method=oidc does: dropped, checked
     # below to come with the token endpoint
     oidc_handler = out.get("sasl.login.callback.handler.class", "").strip() in _OIDC_HANDLERS

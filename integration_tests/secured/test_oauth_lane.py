@@ -170,3 +170,74 @@ def test_a_wrong_client_secret_fails_at_query_start_without_showing_it(
     output = capfd.readouterr()
     assert wrong not in output.out + output.err, "the wrong secret reached a log"
     assert wrong not in caplog.text
+
+
+class LocalEndpointCredential:
+    """azure-identity's credential interface (get_token(*scopes) -> AccessToken), its tokens
+    from the local endpoint: the broker validates them as it would Entra ID's with Entra's
+    JWKS. Stands in for the cloud's identity service only; the clients, the callback and the
+    broker are real."""
+
+    def __init__(self, auth, secret: str) -> None:
+        from connectors.core.oidc_token import OidcTokenProvider
+
+        self._fetch = OidcTokenProvider(auth.token_url, CLIENT, secret)._fetch
+        self.calls = 0
+
+    def get_token(self, *_scopes: str, **_kwargs):
+        from azure.core.credentials import AccessToken
+
+        self.calls += 1
+        token, lifetime = self._fetch()
+        return AccessToken(token, int(time.time() + lifetime))
+
+
+def test_a_cloud_token_callback_renews_tokens_for_librdkafka_and_the_commit_client(
+        oauth_kafka, monkeypatch):
+    """The cloud methods' path (connectors/core/cloud_tokens/: librdkafka's oauth_cb and the
+    commit client's token provider) against the real OAUTHBEARER listener, here with Event
+    Hubs' method and a credential backed by the local endpoint: a transactional producer
+    writes for several token lifetimes without being polled between transactions more than
+    the commits do, librdkafka asks the callback again on its own schedule, and the broker's
+    re-authentication accepts each renewed token; then the oracle (kafka-python through the
+    same provider, and an admin client) reads every committed record back through the
+    listener."""
+    import azure.identity
+    from confluent_kafka import Producer
+
+    from connectors.core import cloud_tokens
+    from connectors.core.kafka_java_options import translate
+    from sinks.kafka_commit import fence_transactional_id
+
+    auth, node, secret = oauth_kafka
+    credential = LocalEndpointCredential(auth, secret)
+    monkeypatch.setattr(azure.identity, "DefaultAzureCredential", lambda **_kw: credential)
+    cloud_tokens._SOURCES.clear()
+    conf = translate({"bootstrap.servers": node.address(LISTENER),
+                      "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                      "sasl.oauthbearer.method": "azure",
+                      "sasl.oauthbearer.scope": "https://ns.servicebus.windows.net/.default"})
+    topic = unique_topic("oauth-cloud")
+    create_topic(node.bootstrap_servers, topic, 1)
+    producer = Producer(cloud_tokens.librdkafka_client_conf(
+        {**conf, "transactional.id": f"cloud-{topic}", "log_level": 0}))
+    producer.init_transactions(30)
+    # the sink's commit client (kafka-python, its connection kept): InitProducerId now...
+    fence_transactional_id(conf, f"fence-{topic}", 60_000)
+    written, started = 0, time.monotonic()
+    while time.monotonic() - started < 4 * TOKEN_LIFETIME_S:
+        producer.begin_transaction()
+        for _ in range(10):
+            producer.produce(topic, key=f"k{written}".encode(), value=b"v")
+            written += 1
+        producer.commit_transaction(30)
+        time.sleep(1.0)
+    fetched_while_writing = credential.calls
+    # ...and again on the same client once its first token has long expired: the broker ended
+    # that session, and the client re-authenticated with a renewed token (an expired one is
+    # refused: clock.skew.seconds=0)
+    fence_transactional_id(conf, f"fence-{topic}", 60_000)
+    got = committed(node.address(LISTENER), topic, conf)
+    assert len(got) == written and len({r.key for r in got}) == written
+    assert fetched_while_writing >= 4, f"{fetched_while_writing} tokens in {4 * TOKEN_LIFETIME_S} s"
+    cloud_tokens._SOURCES.clear()

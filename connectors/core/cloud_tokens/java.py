@@ -18,6 +18,7 @@ Databricks' shaded names (`kafkashaded.org.apache.kafka...`) are read as Kafka's
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from connectors.core.cloud_tokens.base import METHOD
@@ -55,7 +56,12 @@ def _jaas_module(conf: dict[str, Any]) -> str | None:
     return m.group("module") if m else None
 
 
-def translate_java(conf: dict[str, Any]) -> None:
+#: kafka_java_options.parse_jaas: (family, options) of a JAAS line. Passed in by the caller, so
+#: that this package does not import the module that imports it.
+JaasParser = Callable[[str], tuple[str, dict[str, str]]]
+
+
+def translate_java(conf: dict[str, Any], parse_jaas: JaasParser) -> None:
     """In place, before the generic Java translation: Databricks' shaded class names unshaded;
     MSK's and Google's JAAS lines and callback handlers turned into
     sasl.oauthbearer.method=aws_msk_iam / google with their settings."""
@@ -98,12 +104,10 @@ def translate_java(conf: dict[str, Any]) -> None:
             conf[key] = "OAUTHBEARER"
     conf[METHOD] = method
     if "sasl.jaas.config" in conf:
-        _take_jaas(conf, msk)
+        _take_jaas(conf, msk, parse_jaas)
 
 
-def _take_jaas(conf: dict[str, Any], msk: bool) -> None:
-    from connectors.core.kafka_java_options import parse_jaas
-
+def _take_jaas(conf: dict[str, Any], msk: bool, parse_jaas: JaasParser) -> None:
     jaas = str(conf.pop("sasl.jaas.config"))
     module = _jaas_module({"sasl.jaas.config": jaas})
     if msk and module == MSK_LOGIN_MODULE:
