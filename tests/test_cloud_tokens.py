@@ -164,6 +164,15 @@ def test_no_aws_credentials_fail_naming_what_to_set(aws_env):
     assert "no AWS credentials" in str(e.value) and "AWS_ACCESS_KEY_ID" in str(e.value)
 
 
+def test_the_sink_commit_client_fails_at_start_naming_the_missing_credentials(aws_env):
+    """The exactly-once sink's first check at query start (kafka-python): the OptionError, not
+    a dropped connection from inside kafka-python's SASL exchange."""
+    from sinks.kafka_commit import check_cluster
+
+    with pytest.raises(OptionError, match="no AWS credentials"):
+        check_cluster(translate(msk_java()), timeout_s=2)
+
+
 def test_an_unknown_profile_fails_naming_the_option(aws_env):
     conf = translate(msk_java(jaas_options='awsProfileName="nope"'))
     with pytest.raises(OptionError) as e:

@@ -84,10 +84,13 @@ def librdkafka_client_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 def kafka_python_token_provider(conf: Mapping[str, Any]):
     """A kafka-python token provider for the cloud method of `conf` (the commit client asks it
-    at every (re-)authentication; it renews the token before it expires)."""
+    at every (re-)authentication; it renews the token before it expires). The first token is
+    fetched here: kafka-python would report a failure inside its SASL exchange as a dropped
+    connection, and the OptionError naming what to set would be lost."""
     from kafka.net.sasl.oauth import AbstractTokenProvider
 
     source = source_for(conf)
+    source.current()
 
     class _Provider(AbstractTokenProvider):
         def token(self) -> str:
