@@ -82,8 +82,11 @@ class OAuthServer:
             key = self._current()
             now = int(time.time())
             lifetime = max(1, int(self.lifetime_s))
+            # exp is whole seconds: rounded up, so that the token lives at least the
+            # `expires_in` it is announced with (rounded down, a client renewing at 80% of it
+            # could present a token already expired: seen as a task consumer's _AUTHENTICATION)
             claims = {"iss": self.url, "aud": AUDIENCE, "sub": client_id, "iat": now,
-                      "nbf": now - 1, "exp": now + lifetime, "scope": "kafka"}
+                      "nbf": now - 1, "exp": now + 1 + lifetime, "scope": "kafka"}
             kid = key.kid
             self.kids_used.add(kid)
             self.issued[(client_id, agent)] += 1
