@@ -16,7 +16,8 @@ from typing import Any
 from connectors.core.cloud_tokens.base import CloudTokenSource, scrub
 from connectors.core.options import OptionError
 
-DEFAULT_SESSION_NAME = "kafka-eos"
+#: awsRoleSessionName when none is given (it shows in CloudTrail)
+DEFAULT_SESSION_NAME = "spark-eos-connectors"
 #: assumed-role credentials are renewed this long before they expire
 _ROLE_MARGIN_S = 300.0
 
@@ -104,7 +105,7 @@ class MskIamTokenSource(CloudTokenSource):
         creds = self.credentials()
 
         class _Given(CredentialProvider):
-            METHOD = "kafka-eos"
+            METHOD = "given"
 
             def load(self):
                 return creds

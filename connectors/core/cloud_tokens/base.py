@@ -31,7 +31,7 @@ class CloudTokenSource:
     #: what the token source is, for messages and logs (never a secret)
     describe: str = "cloud token"
     #: the principal librdkafka reports for the token (the broker takes its own from the token)
-    principal: str = "kafka-eos"
+    principal: str = "cloud-identity"
 
     def __init__(self) -> None:
         self._token: str | None = None
