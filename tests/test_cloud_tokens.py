@@ -488,3 +488,20 @@ def test_a_cluster_refusing_transactions_is_said_plainly():
     text = message(EH, "InitProducerId: UnsupportedVersionError (error 35)")
     assert "Premium and Dedicated" in text and "deliveryGuarantee=at-least-once" in text
     assert "Event Hubs" not in message("kafka1.internal:9092", "x")
+
+
+def test_the_formats_fail_at_query_start_without_the_aws_extra(monkeypatch, tmp_path):
+    """Through the formats, as a query starts: the source's reader and the sink's writer."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from connectors.formats import KafkaEosDataSource
+
+    monkeypatch.setitem(sys.modules, "aws_msk_iam_sasl_signer", None)
+    options = {f"kafka.{k}": v for k, v in msk_java().items()}
+    with pytest.raises(MissingExtra, match=r"pip install 'spark-eos-connectors\[aws\]'"):
+        source = KafkaEosDataSource({**options, "subscribe": "t"})
+        source.streamReader(source.schema())
+    schema = StructType([StructField("value", BinaryType())])
+    with pytest.raises(MissingExtra, match=r"\[aws\]"):
+        KafkaEosDataSource({**options, "topic": "t",
+                            "checkpointLocation": str(tmp_path / "ck")}).streamWriter(schema, False)
