@@ -129,8 +129,6 @@ def test_kafka_to_kafka_exactly_once_with_tokens_expiring_mid_run(
     for p in range(PARTITIONS):
         assert read_partition(plain, out, p).open == []
     # the run outlived several tokens and a key rotation: the clients renewed their tokens
-    print(f"\noauth lane: {len(want)} records in {batches} batches, {elapsed:.0f} s; tokens "
-          f"issued {dict(auth.issued)}; keys {sorted(auth.kids_used)}")
     assert elapsed > 3 * TOKEN_LIFETIME_S, f"the run ({elapsed:.0f} s) outlived too few tokens"
     assert len(auth.kids_used - keys_before) >= 2, "no signing key rotated during the run"
     assert _librdkafka_tokens(auth) - librdkafka_before >= 3
@@ -139,6 +137,8 @@ def test_kafka_to_kafka_exactly_once_with_tokens_expiring_mid_run(
     assert not auth.refused
     output = capfd.readouterr()
     assert secret not in output.out + output.err
+    print(f"\noauth lane: {len(want)} records in {batches} batches, {elapsed:.0f} s; tokens "
+          f"issued {dict(auth.issued)}; keys {sorted(auth.kids_used)}")
 
 
 @pytest.mark.parametrize("side", ["source", "exactly-once sink"])
