@@ -60,6 +60,12 @@ from sinks.kafka_commit import (
     fence_transactional_id,
     transaction_outcome,
 )
+from connectors.core.cloud_tokens import librdkafka_client_conf
+from connectors.core.transactions_refused import (
+    TransactionsUnsupported,
+    refuses_transactions,
+)
+from connectors.core.transactions_refused import message as refused_message
 from connectors.core.options import OptionError, Options
 from connectors.core.schema_registry.encoding import EncodingPlan, encoder_for
 from connectors.core.schema_registry.sink_schema import (
@@ -342,7 +348,7 @@ DEFAULT_PARTITIONER = "murmur2_random"
 def producer_conf(kafka_conf: dict[str, str]) -> dict[str, Any]:
     """What every producer of the sink starts from: the user's `kafka.*` options, with the
     Java client's partitioner unless the user chose one."""
-    conf: dict[str, Any] = dict(kafka_conf)
+    conf: dict[str, Any] = librdkafka_client_conf(kafka_conf)  # a cloud's token callback
     conf.setdefault("partitioner", DEFAULT_PARTITIONER)
     return conf
 
@@ -508,6 +514,9 @@ def _init_transactions(
                 raise TxnAuthorizationError(
                     f"init_transactions({tid}): {err}; " + acl_needed(code, prefix), code,
                 ) from e
+            if refuses_transactions(code):
+                raise TransactionsUnsupported(
+                    refused_message(conf["bootstrap.servers"], str(err))) from None
             lower = lower_transaction_timeout(timeout_ms)
             if code != KafkaError.INVALID_TRANSACTION_TIMEOUT or user_set or lower is None:
                 raise
@@ -664,6 +673,9 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         except TxnAuthorizationError as e:
             raise self._acl_error(e) from e
         except (TransientTxnError, TxnRequestError) as e:
+            if refuses_transactions(getattr(e, "code", None), str(e)):  # e.g. Event Hubs Standard
+                raise TransactionsUnsupported(
+                    refused_message(self.options.bootstrap_servers, str(e))) from None
             log.info("%s: the transactional id ACL was not checked at start (%s)",
                      self.describe(), e)
         _ACL_CHECKED.add(key)

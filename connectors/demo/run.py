@@ -32,6 +32,7 @@ from connectors.demo.avro import to_env as demo_avro_env
 from connectors.demo.changes import sample_changes
 from connectors.demo.events import EventProducer, sample_events
 from connectors.core.kafka_format import FORMAT_NAME as KAFKA_EOS
+from connectors.core.cloud_tokens import librdkafka_client_conf
 from connectors.core.kafka_python_security import connection_hint
 from sinks.delta.options import FORMAT_NAME as DELTA_EOS
 from sinks.two_phase_commit import METRICS_ENV
@@ -289,7 +290,7 @@ def _error_text(exc: Exception) -> str:
 
 def _quiet(bootstrap: str, conf: Mapping[str, str]) -> dict[str, object]:
     """Admin calls report their own errors; librdkafka's log lines would garble the progress."""
-    return {**conf, "bootstrap.servers": bootstrap, "log_level": 0}
+    return librdkafka_client_conf({**conf, "bootstrap.servers": bootstrap, "log_level": 0})
 
 
 def _check_java() -> None:

@@ -241,13 +241,17 @@ def served_listeners(pki: ServerPKI | None) -> tuple[str, ...]:
 def server_properties(
     generation: Generation, ports: dict[str, int], data_dir: str, pki: ServerPKI | None,
     passwords: dict[str, str], overrides: dict[str, str] | None = None,
+    extra_listeners: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """server.properties of the single node (values unescaped): the secured listeners and
-    their SASL users only with a `pki`."""
+    their SASL users only with a `pki`; `extra_listeners` (name -> security protocol) served
+    besides, configured by the caller's `overrides` (e.g. an OAUTHBEARER listener)."""
     def pem(path: str) -> str:
         return Path(path).read_text().strip() + "\n"
 
-    served = served_listeners(pki)
+    extra = dict(extra_listeners or {})
+    served = [*served_listeners(pki), *extra]
+    protocols = {**_PROTOCOLS, **extra}
     listeners = [*served, "CONTROLLER"]
     props = {
         "process.roles": "broker,controller",
@@ -256,7 +260,7 @@ def server_properties(
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in listeners),
         "advertised.listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in served),
-        "listener.security.protocol.map": ",".join(f"{n}:{_PROTOCOLS[n]}" for n in listeners),
+        "listener.security.protocol.map": ",".join(f"{n}:{protocols[n]}" for n in listeners),
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": data_dir,
         "num.partitions": "1",
@@ -380,6 +384,8 @@ class ApacheKafka:
     passwords: dict[str, str] = field(repr=False)
     jvm_options: tuple[str, ...] = ()
     process: subprocess.Popen | None = field(default=None, repr=False)
+    #: Listeners besides the standard ones: name -> security protocol.
+    extra_listeners: dict[str, str] = field(default_factory=dict)
     #: The finalized transaction.version, read at start.
     transaction_version: int | None = None
 
@@ -406,7 +412,7 @@ class ApacheKafka:
 
     def format(self, overrides: dict[str, str] | None = None) -> None:
         props = server_properties(self.generation, self.ports, str(self.workdir / "data"),
-                                  self.pki, self.passwords, overrides)
+                                  self.pki, self.passwords, overrides, self.extra_listeners)
         (self.workdir / "server.properties").write_text(properties_text(props))
         log_name = str(self.log_file)
         (self.workdir / "log4j2.properties").write_text(LOG4J2.format(log=log_name))
@@ -529,12 +535,16 @@ def distinct_free_ports(names, pick=free_port) -> dict[str, int]:
 def apache_kafka(
     generation: Generation = LATEST, *, overrides: dict[str, str] | None = None,
     check_transaction_version: bool = True, plaintext_port: int | None = None,
-    make_pki: MakePKI | None = None,
+    make_pki: MakePKI | None = None, extra_listeners: dict[str, str] | None = None,
+    jvm_options: tuple[str, ...] = (),
 ) -> Iterator[ApacheKafka]:
     """Fetch (once), format and start one node; stop it and delete its data on exit.
     `plaintext_port`: the PLAINTEXT listener's port (`kafka-eos broker --port`), else a free
     one; the other listeners always take free ports. `make_pki`: the secured listeners too,
-    with the PKI it makes in the node's directory (and SASL users with random passwords)."""
+    with the PKI it makes in the node's directory (and SASL users with random passwords).
+    `extra_listeners` (name -> security protocol, on free ports; their settings in
+    `overrides`) and `jvm_options`: e.g. an OAUTHBEARER listener and the JVM property that
+    allows its JWKS URL (integration_tests/secured/test_oauth_lane.py)."""
     kafka_jars(generation)
     workdir = Path(tempfile.mkdtemp(prefix=f"apache-kafka-{generation.version}-"))
     try:
@@ -544,11 +554,14 @@ def apache_kafka(
         for attempt in range(3):
             # Free ports are picked before the JVM binds them: another process may take one
             # in between (a busy test machine). Then the node is formatted afresh on new ones.
-            ports = distinct_free_ports((*served_listeners(pki), "CONTROLLER"))
+            ports = distinct_free_ports((*served_listeners(pki), *(extra_listeners or {}),
+                                         "CONTROLLER"))
             if plaintext_port:
                 ports["PLAINTEXT"] = plaintext_port
             shutil.rmtree(workdir / "data", ignore_errors=True)
-            kafka = ApacheKafka(generation, workdir, ports, pki, passwords)
+            kafka = ApacheKafka(generation, workdir, ports, pki, passwords,
+                                jvm_options=tuple(jvm_options),
+                                extra_listeners=dict(extra_listeners or {}))
             kafka.format(overrides)
             try:
                 kafka.start()
