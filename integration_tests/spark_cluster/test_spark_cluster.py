@@ -340,7 +340,12 @@ def test_a_packed_environment_shipped_with_spark_archives_on_nodes_without_the_p
     `PYSPARK_PYTHON=./environment/bin/python` runs it. The driver's planning workers run the
     same command (docs/deploying.md, rule 2): the driver's working directory has
     `./environment`, a link to the environment the archive was packed from."""
-    from integration_tests.support.spark_cluster import bare_node_environment, packed_environment
+    from integration_tests.support.spark_cluster import (
+        bare_node_environment,
+        hidden_from_nodes,
+        node_command,
+        packed_environment,
+    )
 
     bare = bare_node_environment()
     packed, archive = packed_environment()
@@ -348,8 +353,9 @@ def test_a_packed_environment_shipped_with_spark_archives_on_nodes_without_the_p
         lane.cluster.kill_worker(host)
         lane.cluster.launch_worker(host, env=bare)
     lane.cluster.wait_workers(WORKERS)
-    probe = lane.lab.exec(WORKERS[0], [str(bare / "bin" / "python"), "-c", "import connectors"],
-                          check=False)
+    probe = lane.lab.exec(WORKERS[0], node_command(
+        [str(bare / "bin" / "python"), "-c", "import connectors"], hide=hidden_from_nodes()),
+        check=False)
     assert probe.returncode != 0, "the bare nodes' Python must lack the package"
     driver_dir = lane.work / "archives-driver"
     driver_dir.mkdir()

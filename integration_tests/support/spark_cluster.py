@@ -149,7 +149,8 @@ def packed_environment(root: Path = Path(ROOT)) -> tuple[Path, Path]:
     """(the environment, its `venv-pack` archive): the package from this checkout's wheel with
     its dependencies but PySpark (the executors' Spark brings its own pyspark.zip), packed as
     an uncompressed tar (quick to pack and unpack on two cores), for `spark.archives`. Cached
-    per wheel."""
+    per wheel. Its interpreter is a copy of this one's binary (its standard library stays at the
+    base interpreter's path, which the nodes share, as a cluster image's Python would)."""
     import tomllib
 
     wheel = build_wheel(root)
@@ -157,14 +158,16 @@ def packed_environment(root: Path = Path(ROOT)) -> tuple[Path, Path]:
             ["dependencies"] if not d.lower().startswith("pyspark")]
     deps += tomllib.loads((root / "pyproject.toml").read_text())["project"][
         "optional-dependencies"].get(NODE_EXTRAS, [])
-    key = hashlib.sha256(f"{sys.version}\n{sorted(deps)}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{sys.version}\n{sorted(deps)}\ncopies".encode()).hexdigest()[:12]
     env = CACHE / "cluster-env" / f"packed-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
     archive = env.with_name(f"{env.name}-{wheel.parent.name}.tar")
     with _locked(env.parent / f"{env.name}.lock"):
         python = env / "bin" / "python"
         if not (env / ".deps-installed").exists():
             shutil.rmtree(env, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+            # --copies: Spark refuses to unpack an archive whose bin/python links outside it
+            # ("expanding bin/python would create entry outside of ...")
+            subprocess.run([sys.executable, "-m", "venv", "--copies", str(env)], check=True)
             subprocess.run([str(python), "-m", "pip", "install", "-q",
                             "--disable-pip-version-check", *deps], check=True,
                            capture_output=True, text=True)
@@ -201,8 +204,9 @@ def node_command(cmd: list[str], *, hide: list[str]) -> list[str]:
     die with the namespace)."""
     mounts = " && ".join(f"mount -t tmpfs -o size=2g tmpfs {shlex.quote(p)}" for p in hide
                          if os.path.isdir(p))
+    # `cd /`: a working directory under a hidden path would still show its old contents
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f"{mounts} && exec \"$@\"", "node", *cmd]
+            f"{mounts} && cd / && exec \"$@\"", "node", *cmd]
 
 
 def _cmdline(pid: int) -> str:
