@@ -6,10 +6,22 @@ JVM with its own environment, and Spark picks the Python for the data-source loo
 and tasks from that environment only: `PYSPARK_DRIVER_PYTHON`, else `PYSPARK_PYTHON`, else
 `python3` on PATH (not the venv's); the `spark.pyspark.python` setting is read by spark-submit
 alone. The lookup then finds no `kafka-eos` (`[DATA_SOURCE_NOT_FOUND]`) and a registered format
-fails in its workers (`No module named 'connectors'`). So, when `PYSPARK_PYTHON` is unset, it is
-set here to `sys.executable`; a value the user set is kept. The value this hook set is marked
-(`KAFKA_EOS_PYSPARK_PYTHON`), so a child started with another interpreter that has the package
-corrects it to itself instead of taking it for the user's choice.
+fails in its workers (`No module named 'connectors'`).
+
+The value must also hold on a cluster's nodes: Spark sends ONE command to run both the driver's
+planning workers and every executor's Python workers (a format PySpark finds by itself gets
+`PYSPARK_DRIVER_PYTHON` or `PYSPARK_PYTHON` as the JVM saw them, a registered one
+`SparkContext.pythonExec`: DataSourceManager and UserDefinedPythonDataSource in Spark 4). An
+absolute path to this interpreter is a path on the driver's host: on another host it is
+missing (`Cannot run program ".../venv/bin/python": error=2`) or another Python without the
+package (`No module named 'pyarrow'`), and every task failed (docs/deploying.md). So, when
+`PYSPARK_PYTHON` is unset, it is set here to a command name, `python3` (the interpreter's own
+name when its folder has no `python3` that is itself), and the interpreter's folder goes first
+on PATH when that name would find another Python there: on this host the name is this
+interpreter (what activating the venv does), on a node it is the node's own Python, which is
+where a cluster installs the package. A value the user set is kept. The value this hook set is
+marked (`KAFKA_EOS_PYSPARK_PYTHON`), so a child started with another interpreter that has the
+package corrects it to itself instead of taking it for the user's choice.
 
 It also drops PySpark's bundled archives from the path when they lie inside the installed
 PySpark package (`drop_bundled_pyspark_zips`). Spark starts every Python worker (the
@@ -29,6 +41,22 @@ import sys
 MARK = "KAFKA_EOS_PYSPARK_PYTHON"
 
 
+def _found_on(path: str, name: str) -> str | None:
+    """The folder whose `name` a command lookup on `path` (a PATH value) runs first."""
+    for folder in path.split(os.pathsep):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return folder
+    return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def set_pyspark_python(environ=os.environ, executable=sys.executable) -> None:
     current = environ.get("PYSPARK_PYTHON")
     if current and current != environ.get(MARK):
@@ -36,8 +64,16 @@ def set_pyspark_python(environ=os.environ, executable=sys.executable) -> None:
     # An embedding program (uwsgi, a GUI) is no Python to start workers with.
     if not executable or not os.path.basename(executable).startswith("python"):
         return
-    environ["PYSPARK_PYTHON"] = executable
-    environ[MARK] = executable
+    folder = os.path.dirname(os.path.abspath(executable))
+    name = "python3"
+    if not _same_file(os.path.join(folder, name), executable):
+        name = os.path.basename(executable)
+    path = environ.get("PATH", os.defpath)
+    found = _found_on(path, name)
+    if found is None or not _same_file(os.path.join(found, name), executable):
+        environ["PATH"] = os.pathsep.join([folder, path]) if path else folder
+    environ["PYSPARK_PYTHON"] = name
+    environ[MARK] = name
 
 
 def drop_bundled_pyspark_zips(path: list = sys.path, cache: dict = sys.path_importer_cache) -> None:

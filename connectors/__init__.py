@@ -89,14 +89,18 @@ def check_worker_python(spark: "SparkSession") -> None:
     if not master.startswith("local"):
         return
     found = shutil.which(python)
-    fix = (f"set PYSPARK_PYTHON={sys.executable} in the environment before the SparkSession "
-           "starts (the spark.pyspark.python setting is read by spark-submit only)")
+    fix = (f"set PYSPARK_PYTHON=python3 and put {os.path.dirname(sys.executable)} first on PATH "
+           f"(or set PYSPARK_PYTHON={sys.executable}, which a cluster's nodes do not have) in "
+           "the environment before the SparkSession starts (the spark.pyspark.python setting is "
+           "read by spark-submit only)")
     if found is None:
         raise WorkerPythonMismatch(
             f"Spark starts its Python workers with {python!r}, not found on PATH: {fix}")
-    # The paths, not their targets: a virtual environment's python links to the base
-    # interpreter, whose site-packages are not the venv's.
-    if os.path.abspath(found) == os.path.abspath(sys.executable):
+    # The folders, not the links' targets: a virtual environment's python links to the base
+    # interpreter, whose site-packages are not the venv's. `python3` beside this `python` (the
+    # name kafka_eos_pyspark_python.py sets) is this interpreter.
+    if (os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable))
+            and os.path.samefile(found, sys.executable)):
         return
     # What a worker imports to run the formats, from the driver's working directory (a local
     # worker's too, and first on its sys.path)

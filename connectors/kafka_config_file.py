@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Mapping
 
+from connectors.core.kafka.cloud_tokens import without_cloud_settings
 from connectors.core.kafka.java_options import translate
 from connectors.core.options import OptionError, is_secret, redact
 
@@ -180,7 +181,9 @@ def check_with_librdkafka(conf: Mapping[str, str], source: str) -> None:
     from confluent_kafka.admin import AdminClient
 
     try:
-        AdminClient({**conf, "log_level": 0})
+        # a cloud token method's settings are this package's, not librdkafka's; no token is
+        # fetched here (nothing connects)
+        AdminClient({**without_cloud_settings(conf), "log_level": 0})
     except (KafkaException, ValueError, TypeError) as e:
         error = e.args[0] if e.args else e
         text = error.str() if hasattr(error, "str") else str(error)

@@ -61,9 +61,10 @@ if KAFKA_CDS_ENV not in os.environ:
 #: are unique: tests/test_architecture.py checks). From the suite's profile on 2 cores
 #: (docs/testing.md), 2026-11-28: the two workers' sums came within 5 s of each other.
 LONGEST_FIRST = (
-    "test_crash_matrix", "test_cluster_faults", "test_network_partitions", "test_demo",
+    "test_crash_matrix", "test_cluster_faults", "test_spark_cluster", "test_network_partitions",
+    "test_demo",
     "test_benchmarks_smoke", "test_operations", "test_chained_kafka", "test_storage_faults",
-    "test_secured_clusters", "test_peers_interop", "test_delta_operations",
+    "test_secured_clusters", "test_oauth_lane", "test_peers_interop", "test_delta_operations",
     "test_kafka_crash_matrix", "test_schema_registry_source", "test_delta_s3", "test_streaming",
     "test_schema_registry_sink", "test_postgres_crash_matrix", "test_kafka_sink_reset",
     "test_kafka_sink_commit", "test_delta_sink", "test_postgres_sink", "test_delta_crash_matrix",

@@ -262,6 +262,8 @@ class _Protocol:
         txn: Any = None
         handle: Handle | None = None
         rows = nbytes = 0
+        if self.exactly_once and not self.settings.batch_job:
+            self._log().assert_visible_here()  # before anything is written to the store
         try:
             for batch in iterator:
                 if batch.num_rows == 0:

@@ -99,6 +99,10 @@ class BatchState:
         return [h for _, h in self.prepared.values() if json.dumps(h, sort_keys=True) not in decided]
 
 
+class CheckpointNotShared(RuntimeError):
+    """A task cannot see the query's checkpoint on a local path: the executor is another host."""
+
+
 class TransactionLog:
     def __init__(self, checkpoint_location: str, filesystem: pafs.FileSystem | None = None) -> None:
         if filesystem is None:
@@ -183,6 +187,28 @@ class TransactionLog:
             pass
 
     # -- task side ------------------------------------------------------------------------------
+
+    def assert_visible_here(self) -> None:
+        """Before a task prepares: a checkpoint on a local path must be the one the driver
+        wrote, or the task's record of its prepared transaction lands on its own host's disk,
+        where the driver's recovery never finds it (a prepared PostgreSQL transaction would
+        then stay open). Spark writes `<checkpointLocation>/metadata` on the driver before
+        any task runs, so a task that does not see it runs on another host's filesystem."""
+        if self._remote:
+            return
+        import pyarrow.fs as pafs
+
+        checkpoint = self.root.rsplit("/", 1)[0]
+        if self.fs.get_file_info(f"{checkpoint}/metadata").type == pafs.FileType.NotFound:
+            import socket
+
+            raise CheckpointNotShared(
+                f"checkpointLocation {self.location!r} is a path on the driver's local disk, "
+                f"which this executor (host {socket.gethostname()}) does not see: on a cluster "
+                "of several hosts the checkpoint must be on storage every host shares "
+                "(s3://, s3a://, gs://, abfss://, or a shared mount at the same path), because "
+                "each task records its prepared transaction there for the driver's commit and "
+                "recovery (docs/deploying.md)")
 
     def record_prepared(self, batch_id: int, partition: int, attempt: int, handle: Handle) -> None:
         self._write(

@@ -385,4 +385,14 @@ def _handle_error(
     if is_transient(KafkaException(err)):  # a leader moving: librdkafka fetches again
         log.warning("kafka-eos: transient error reading %s-%s: %s", r.topic, r.partition, err)
         return next_offset
+    if err.code() == KafkaError._AUTHENTICATION:
+        # One connection's (re-)authentication failed mid-read: an OAUTHBEARER session that
+        # outlived its token, a token endpoint's blip (seen in the OAuth lane, 4 s tokens: the
+        # pooled consumer's "FindCoordinator response error: Local: Authentication failure",
+        # which killed the task). librdkafka connects again with its current token; wrong
+        # credentials fail the query at its start instead, and the read's poll timeout bounds
+        # a refusal that lasts.
+        log.warning("kafka-eos: an authentication failed while reading %s-%s (librdkafka "
+                    "connects again): %s", r.topic, r.partition, err.str())
+        return next_offset
     raise KafkaException(err)

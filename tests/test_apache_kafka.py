@@ -86,6 +86,13 @@ def test_the_pom_lists_each_coordinate():
     assert "<groupId>a.b</groupId><artifactId>c</artifactId><version>1.2</version>" in pom
 
 
+def test_the_pom_excludes_the_names_it_is_given_from_every_coordinate():
+    pom = ak._pom(["a.b:c:1", "d.e:f:2"], exclude=["x.y:bundle"])
+    assert pom.count("<exclusion><groupId>x.y</groupId><artifactId>bundle</artifactId>"
+                     "</exclusion>") == 2
+    assert "<exclusions>" not in ak._pom(["a.b:c:1"])
+
+
 def test_the_cache_is_outside_the_repository(monkeypatch, tmp_path):
     monkeypatch.delenv("KAFKA_EOS_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 import pickle
 import random
 import time
@@ -52,6 +53,10 @@ class Query:
                         "orphanfileretention": "0s", **{k.lower(): v for k, v in options.items()}}
         self.schema = SPARK_SCHEMA
         os.makedirs(os.path.join(self.checkpoint, "commits"), exist_ok=True)
+        metadata = os.path.join(self.checkpoint, "metadata")
+        if not os.path.exists(metadata):  # Spark's, written on the driver as a query starts
+            with open(metadata, "w") as f:
+                f.write('{"id":"%s"}' % uuid.uuid4())
 
     def writer(self):
         return DeltaEosDataSource(self.options).streamWriter(self.schema, False)

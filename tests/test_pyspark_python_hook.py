@@ -15,27 +15,71 @@ from pathlib import Path
 import kafka_eos_pyspark_python as hook
 
 ROOT = Path(__file__).resolve().parents[1]
-PY = "/venv/bin/python3.11"
+
+def _venv(root: Path, *, python3: bool = True) -> str:
+    """A venv's bin folder: `python3.11`, and `python3` linking to it unless told not."""
+    bin_dir = root / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    exe = bin_dir / "python3.11"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    if python3:
+        (bin_dir / "python3").symlink_to("python3.11")
+    return str(exe)
 
 
-def test_unset_it_becomes_this_interpreter_and_is_marked_as_set_here():
-    env: dict[str, str] = {}
-    hook.set_pyspark_python(env, PY)
-    assert env == {"PYSPARK_PYTHON": PY, hook.MARK: PY}
+def _other_python(root: Path) -> str:
+    """Another `python3` (the system's, a node's) on the PATH."""
+    other = root / "usr" / "bin"
+    other.mkdir(parents=True)
+    (other / "python3").write_text("#!/bin/sh\n")
+    (other / "python3").chmod(0o755)
+    return str(other)
 
 
-def test_a_value_the_user_set_is_kept():
-    env = {"PYSPARK_PYTHON": "/opt/python/bin/python3"}
-    hook.set_pyspark_python(env, PY)
-    assert env == {"PYSPARK_PYTHON": "/opt/python/bin/python3"}
+def test_unset_it_becomes_a_name_that_is_this_interpreter_here_and_a_nodes_own_there(tmp_path):
+    """Spark sends the value to every executor: `python3`, never a path on this host. On this
+    host the interpreter's folder goes first on PATH, so the name is this interpreter."""
+    py = _venv(tmp_path)
+    system = _other_python(tmp_path)
+    env = {"PATH": system}
+    hook.set_pyspark_python(env, py)
+    assert env == {"PYSPARK_PYTHON": "python3", hook.MARK: "python3",
+                   "PATH": os.pathsep.join([os.path.dirname(py), system])}
 
 
-def test_a_value_inherited_from_this_hook_follows_the_interpreter():
+def test_a_path_that_finds_this_interpreter_already_is_kept(tmp_path):
+    py = _venv(tmp_path)
+    env = {"PATH": os.pathsep.join([os.path.dirname(py), _other_python(tmp_path)])}
+    before = env["PATH"]
+    hook.set_pyspark_python(env, py)
+    assert env["PATH"] == before and env["PYSPARK_PYTHON"] == "python3"
+
+
+def test_without_a_python3_beside_it_the_interpreters_own_name(tmp_path):
+    py = _venv(tmp_path, python3=False)
+    env = {"PATH": _other_python(tmp_path)}
+    hook.set_pyspark_python(env, py)
+    assert env["PYSPARK_PYTHON"] == "python3.11"
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(py)
+
+
+def test_a_value_the_user_set_is_kept(tmp_path):
+    env = {"PYSPARK_PYTHON": "/opt/python/bin/python3", "PATH": "/usr/bin"}
+    hook.set_pyspark_python(env, _venv(tmp_path))
+    assert env == {"PYSPARK_PYTHON": "/opt/python/bin/python3", "PATH": "/usr/bin"}
+
+
+def test_a_value_inherited_from_this_hook_follows_the_interpreter(tmp_path):
     """A child started with another interpreter that has the package: its own Python, not the
     parent's, which the mark shows was not the user's choice."""
-    env = {"PYSPARK_PYTHON": "/other/venv/bin/python", hook.MARK: "/other/venv/bin/python"}
-    hook.set_pyspark_python(env, PY)
-    assert env == {"PYSPARK_PYTHON": PY, hook.MARK: PY}
+    parent = _venv(tmp_path / "parent")
+    child = _venv(tmp_path / "child")
+    env = {"PYSPARK_PYTHON": "python3", hook.MARK: "python3",
+           "PATH": os.path.dirname(parent)}
+    hook.set_pyspark_python(env, child)
+    assert env["PYSPARK_PYTHON"] == "python3"
+    assert env["PATH"].split(os.pathsep)[:2] == [os.path.dirname(child), os.path.dirname(parent)]
 
 
 def test_an_embedding_program_is_no_python_for_workers():
@@ -56,13 +100,20 @@ def test_the_wheel_installs_the_hook_in_editable_installs_too():
 
 def test_the_installed_package_sets_it_in_a_fresh_interpreter():
     """As installed here (`pip install -e .` puts the .pth in site-packages): a Python started by
-    its path with PYSPARK_PYTHON unset has it set to itself."""
+    its path with PYSPARK_PYTHON unset, and a PATH that finds another Python first, has it set
+    to a name that its PATH resolves to itself."""
+    import shutil
+
     pth = Path(sysconfig.get_paths()["purelib"]) / "kafka_eos_pyspark_python.pth"
     assert pth.exists(), f"{pth} missing: reinstall the package (pip install -e .)"
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", hook.MARK)}
-    out = subprocess.run([sys.executable, "-c", "import os; print(os.environ['PYSPARK_PYTHON'])"],
+    env["PATH"] = "/usr/bin:/bin"
+    out = subprocess.run([sys.executable, "-c", "import os; print(os.environ['PYSPARK_PYTHON']);"
+                          " print(os.environ['PATH'])"],
                          env=env, capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == sys.executable, out.stderr
+    name, path = out.stdout.split()
+    assert os.sep not in name, name
+    assert os.path.samefile(shutil.which(name, path=path), sys.executable), (name, path)
 
 
 # --- PySpark's bundled pyspark.zip on the workers' path ---------------------------------------

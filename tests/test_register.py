@@ -6,6 +6,7 @@ register() reads: the end-to-end checks are integration_tests/demo/test_registra
 
 from __future__ import annotations
 
+import os
 import sys
 from types import SimpleNamespace
 
@@ -69,12 +70,34 @@ def test_a_local_session_whose_workers_run_a_python_without_the_package_is_refus
         connectors.register(spark)
     assert str(e.value) == (
         f"Spark starts its Python workers with '{other}' ({other}), which "
-        f"cannot import kafka-eos (installed for {sys.executable}): set "
-        f"PYSPARK_PYTHON={sys.executable} in the environment before the SparkSession starts "
-        "(the spark.pyspark.python setting is read by spark-submit only)")
+        f"cannot import kafka-eos (installed for {sys.executable}): set PYSPARK_PYTHON=python3 "
+        f"and put {os.path.dirname(sys.executable)} first on PATH (or set "
+        f"PYSPARK_PYTHON={sys.executable}, which a cluster's nodes do not have) in the "
+        "environment before the SparkSession starts (the spark.pyspark.python setting is read "
+        "by spark-submit only)")
     assert spark.registered == []
     # a cluster's workers run its nodes' Python: nothing to check from here
     connectors.register(session(set(), python=other, master="yarn"))
+
+
+def test_python3_beside_this_interpreter_is_taken_for_it_without_a_probe(monkeypatch):
+    """The name the start-up hook sets (`python3`, this interpreter's folder first on PATH):
+    the same interpreter, so no subprocess probes it (a second of every session's start)."""
+    import shutil
+    import subprocess
+
+    folder = os.path.dirname(sys.executable)
+    if not os.path.exists(os.path.join(folder, "python3")) or not os.path.samefile(
+            os.path.join(folder, "python3"), sys.executable):
+        pytest.skip(f"{folder} has no python3 that is {sys.executable}")
+    monkeypatch.setenv("PATH", os.pathsep.join([folder, os.environ.get("PATH", "")]))
+    assert os.path.dirname(shutil.which("python3")) == folder
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError(f"probed {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_probe)
+    connectors.register(session(set(), python="python3"))
 
 
 def test_a_worker_python_not_on_path_is_refused_too():

@@ -150,7 +150,11 @@ def _no_faults_and_clean_logger(monkeypatch):
 
 @pytest.fixture
 def chk(tmp_path):
-    return str(tmp_path / "checkpoint")
+    """A query's checkpoint as Spark leaves it before the first task runs: its `metadata`."""
+    path = tmp_path / "checkpoint"
+    path.mkdir()
+    (path / "metadata").write_text('{"id":"00000000-0000-0000-0000-000000000001"}')
+    return str(path)
 
 
 def make_settings(
@@ -829,7 +833,7 @@ def test_non_exactly_once_commit_writes_no_log(chk, guarantee):
     writer.commit(msgs(0, [0, 1]), 0)
     writer.abort(msgs(1, [0, 1]), 1)
     assert not os.path.exists(os.path.join(chk, LOG_DIR))
-    assert not os.path.exists(chk)
+    assert os.listdir(chk) == ["metadata"]  # Spark's only: nothing of the sink's
     # The tasks committed their own transactions; the driver has nothing to commit or abort.
     assert store.calls == []
 
@@ -861,6 +865,23 @@ def test_write_prepares_and_logs_the_handle(chk, task):
     st = TransactionLog(chk).state(2)
     assert list(st.prepared.values()) == [(1, msg.handle)]
     assert st.decisions == [] and not st.done  # the driver decides, not the task
+
+
+def test_a_task_that_does_not_see_the_drivers_local_checkpoint_writes_nothing(tmp_path, task):
+    """A checkpoint on the driver's local disk, the task on another host (no Spark `metadata`
+    there): refused before the store sees a transaction, naming the option and what to use; on
+    the task's host no record of a prepared transaction is left where the driver never looks."""
+    from sinks.txn_log import CheckpointNotShared
+
+    chk = str(tmp_path / "on-the-drivers-disk")
+    store, writer = make(chk)
+    task(2, 1, 0)
+    with pytest.raises(CheckpointNotShared) as e:
+        writer.write(iter(_batches(3, 0, 2)))
+    assert f"checkpointLocation {chk!r} is a path on the driver's local disk" in str(e.value)
+    assert "s3://" in str(e.value) and "docs/deploying.md" in str(e.value)
+    assert store.calls == []
+    assert not os.path.exists(os.path.join(chk, LOG_DIR))
 
 
 def test_write_of_empty_partition_has_no_handle(chk, task):

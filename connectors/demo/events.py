@@ -17,6 +17,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from connectors.core.kafka.cloud_tokens import librdkafka_client_conf
+
 ACTIONS = ("view", "click", "add_to_cart", "purchase")
 
 
@@ -102,7 +104,7 @@ class EventProducer:
             self.error = f"{type(exc).__name__}: {exc}"
 
     def _produce_all(self) -> None:
-        producer = Producer(
+        producer = Producer(librdkafka_client_conf(
             {
                 "linger.ms": 20,
                 "client.id": "kafka-eos-demo-producer",
@@ -111,7 +113,7 @@ class EventProducer:
                 "bootstrap.servers": self.bootstrap_servers,
                 "enable.idempotence": True,
             }
-        )
+        ))
 
         def on_delivery(err: KafkaError | None, msg: Message, event_id: int) -> None:
             if err is not None:

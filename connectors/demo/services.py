@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors import kafka_config_file
+from connectors.core.kafka.cloud_tokens import librdkafka_client_conf
 from connectors.core.kafka.python_security import connection_hint
 from connectors.demo.config import DemoConfig, DemoError
 
@@ -138,4 +139,4 @@ def error_text(exc: Exception) -> str:
 
 def quiet_conf(bootstrap: str, conf: Mapping[str, str]) -> dict[str, object]:
     """Admin calls report their own errors; librdkafka's log lines would garble the progress."""
-    return {**conf, "bootstrap.servers": bootstrap, "log_level": 0}
+    return librdkafka_client_conf({**conf, "bootstrap.servers": bootstrap, "log_level": 0})

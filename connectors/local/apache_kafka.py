@@ -28,7 +28,7 @@ import signal
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -113,10 +113,16 @@ def cache_dir() -> Path:
 # -- jars ----------------------------------------------------------------------------------
 
 
-def _pom(coordinates: list[str]) -> str:
+def _pom(coordinates: list[str], exclude: Sequence[str] = ()) -> str:
+    """`exclude`: `group:artifact` names left out of every coordinate's dependencies."""
+    exclusions = "".join(
+        f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>"
+        for g, a in (e.split(":") for e in exclude)
+    )
+    exclusions = f"<exclusions>{exclusions}</exclusions>" if exclusions else ""
     deps = "".join(
         f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
-        "</dependency>"
+        f"{exclusions}</dependency>"
         for g, a, v in (c.split(":") for c in coordinates)
     )
     return (
@@ -126,8 +132,11 @@ def _pom(coordinates: list[str]) -> str:
     )
 
 
-def resolve_with_maven(coordinates: list[str], work: Path, lib: Path) -> None:
-    (work / "pom.xml").write_text(_pom(coordinates))
+def resolve_with_maven(coordinates: list[str], work: Path, lib: Path, *,
+                       exclude: Sequence[str] = ()) -> None:
+    """`coordinates` and their runtime dependencies into `lib`, less the `group:artifact` names
+    in `exclude` (a dependency too large to ship, whose parts are listed instead)."""
+    (work / "pom.xml").write_text(_pom(coordinates, exclude))
     cmd = ["mvn", "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
            "-DincludeScope=runtime", f"-DoutputDirectory={lib}"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -147,15 +156,17 @@ def ivy_jar() -> Path | None:
     return found[-1] if found else None
 
 
-def resolve_with_ivy(coordinates: list[str], work: Path, lib: Path) -> None:
-    """PySpark's own Ivy, standalone: no Maven needed, Maven Central reached directly."""
+def resolve_with_ivy(coordinates: list[str], work: Path, lib: Path, *,
+                     exclude: Sequence[str] = ()) -> None:
+    """PySpark's own Ivy, standalone: no Maven needed, Maven Central reached directly.
+    `exclude` as `resolve_with_maven`'s."""
     ivy = ivy_jar()
     if ivy is None:
         raise KafkaUnavailable("neither mvn nor PySpark's Ivy jar is available")
     deps = "".join(
         f'<dependency org="{g}" name="{a}" rev="{v}" conf="default->default"/>'
         for g, a, v in (c.split(":") for c in coordinates)
-    )
+    ) + "".join(f'<exclude org="{g}" module="{a}"/>' for g, a in (e.split(":") for e in exclude))
     (work / "ivy.xml").write_text(
         '<ivy-module version="2.0"><info organisation="kafka-eos" module="jars"/>'
         f'<dependencies>{deps}</dependencies></ivy-module>\n')
@@ -494,12 +505,14 @@ def distinct_free_ports(names, pick=free_port) -> dict[str, int]:
 def apache_kafka(
     generation: Generation = LATEST, *, overrides: dict[str, str] | None = None,
     check_transaction_version: bool = True, plaintext_port: int | None = None,
-    listeners: MakeListeners | None = None,
+    listeners: MakeListeners | None = None, jvm_options: tuple[str, ...] = (),
 ) -> Iterator[ApacheKafka]:
     """Fetch (once), format and start one node; stop it and delete its data on exit.
     `plaintext_port`: the PLAINTEXT listener's port (`kafka-eos broker --port`), else a free
     one; the other listeners always take free ports. `listeners`: makes the node's extra
-    listeners (in its directory), e.g. the tests' secured ones."""
+    listeners (in its directory), e.g. the tests' secured ones or an OAUTHBEARER listener
+    (integration_tests/secured/test_oauth_lane.py). `jvm_options`: e.g. the JVM property that
+    allows that listener's JWKS URL."""
     kafka_jars(generation)
     workdir = Path(tempfile.mkdtemp(prefix=f"apache-kafka-{generation.version}-"))
     try:
@@ -512,7 +525,8 @@ def apache_kafka(
             if plaintext_port:
                 ports["PLAINTEXT"] = plaintext_port
             shutil.rmtree(workdir / "data", ignore_errors=True)
-            kafka = ApacheKafka(generation, workdir, ports, extra)
+            kafka = ApacheKafka(generation, workdir, ports, extra,
+                                jvm_options=tuple(jvm_options))
             kafka.format(overrides)
             try:
                 kafka.start()

@@ -22,6 +22,7 @@ from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.record.memory_records import MemoryRecords
 
+from connectors.core.kafka.cloud_tokens import librdkafka_client_conf
 from connectors.core.kafka.python_security import kafka_python_config
 
 FETCH_VERSION = 4  # record batches v2, isolation level
@@ -66,7 +67,7 @@ def _clients(bootstrap: str, options: Mapping[str, str] | None):
     conf = {"bootstrap.servers": bootstrap, **(options or {})}
     net = KafkaNetClient(**kafka_python_config(conf))
     net.check_version(timeout_ms=30_000)  # bootstraps: the brokers' node ids become known
-    return AdminClient(conf), net
+    return AdminClient(librdkafka_client_conf(conf)), net
 
 
 def read_partition(bootstrap: str, topic: str, partition: int,

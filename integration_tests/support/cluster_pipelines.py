@@ -40,12 +40,13 @@ def topics_for(cluster: KafkaCluster, scenario: str) -> tuple[str, str, str]:
 
 
 class SteadyProducer:
-    """Keyed records into the input topic at RATE a second from a thread, idempotent and
+    """Keyed records into the input topic at `rate` (RATE) a second from a thread, idempotent and
     acks=all, until stopped; what was delivered (offsets from the delivery reports) is what the
     queries must write exactly once. A delivery that failed fails the test."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, rate: int = RATE) -> None:
         self.topic = topic
+        self._per_tick = max(1, rate // 10)
         self._bootstrap = bootstrap
         self.delivered: list[Record] = []
         self.failed: list[str] = []
@@ -68,7 +69,7 @@ class SteadyProducer:
     def _run(self) -> None:
         i = 0
         while not self._stop.is_set():
-            for _ in range(RATE // 10):
+            for _ in range(self._per_tick):
                 key = f"k-{i}".encode()
                 self.sent_at[key] = time.time()
                 self._producer.produce(self.topic, key=key, value=f"v-{i}".encode(),

@@ -103,7 +103,8 @@ class Lane:
 # -- kafka-eos ------------------------------------------------------------------------------
 
 
-def assert_exactly_once_in_topic(bootstrap: str, out: str, expected) -> None:
+def assert_exactly_once_in_topic(bootstrap: str, out: str, expected,
+                                 partitions: int = PARTITIONS) -> None:
     got = collections.Counter((r.key, r.value) for r in committed(bootstrap, out))
     want = collections.Counter((r.key, r.value) for r in expected)
     dupes = {k: n for k, n in got.items() if n > 1}
@@ -111,7 +112,7 @@ def assert_exactly_once_in_topic(bootstrap: str, out: str, expected) -> None:
     missing = sorted(set(want) - set(got))
     assert not missing, f"{len(missing)} records missing, e.g. {missing[:3]}"
     assert got == want
-    for p in range(PARTITIONS):
+    for p in range(partitions):
         assert read_partition(bootstrap, out, p).open == [], f"open transaction left in {out}-{p}"
 
 

@@ -137,9 +137,10 @@ def _tail(path: str, chars: int = 3000) -> str:
 @contextlib.contextmanager
 def postgres_server(
     *, max_prepared_transactions: int = 64, settings: Mapping[str, str] | None = None,
-    start_timeout_s: float = 60,
+    start_timeout_s: float = 60, host: str = "127.0.0.1",
 ) -> Iterator[PostgresServer]:
-    """Start a throwaway server; stop it (fast shutdown) and delete its directory on exit."""
+    """Start a throwaway server on `host` (loopback unless a lab's hosts must reach it); stop it
+    (fast shutdown) and delete its directory on exit."""
     reason = unavailable_reason()
     if reason:
         raise RuntimeError(reason)
@@ -170,13 +171,16 @@ def postgres_server(
     if initdb.returncode != 0:
         shutil.rmtree(base, ignore_errors=True)
         raise RuntimeError(f"initdb failed ({initdb.returncode}): {initdb.stderr[-2000:]}")
+    if host != "127.0.0.1":  # initdb's pg_hba.conf admits loopback only: a lab's hosts too
+        with open(os.path.join(data_dir, "pg_hba.conf"), "a") as f:
+            f.write(f"host all all {host.rsplit('.', 1)[0]}.0/24 scram-sha-256\n")
     version = subprocess.run(
         [os.path.join(bindir, "postgres"), "--version"], capture_output=True, text=True
     ).stdout.strip()
 
     port = free_port()
     conf = {
-        "listen_addresses": "127.0.0.1",
+        "listen_addresses": host,
         "port": str(port),
         "unix_socket_directories": "",  # loopback TCP only: no socket file anywhere
         "max_prepared_transactions": str(max_prepared_transactions),
@@ -195,7 +199,7 @@ def postgres_server(
         **as_user,
     )
     server = PostgresServer(
-        host="127.0.0.1", port=port, user="postgres", password=password, dbname="postgres",
+        host=host, port=port, user="postgres", password=password, dbname="postgres",
         version=version, data_dir=data_dir, pid=proc.pid,
     )
     try:

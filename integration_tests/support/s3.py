@@ -107,15 +107,16 @@ class _AtomicConditionalWrites:
 
 
 @contextmanager
-def s3_server(set_env: bool = True) -> Iterator[S3Server]:
-    """Start moto's S3 server on a free loopback port; with `set_env`, point this process's
+def s3_server(set_env: bool = True, host: str = "127.0.0.1") -> Iterator[S3Server]:
+    """Start moto's S3 server on a free port of `host` (loopback unless a lab's hosts must
+    reach it: integration_tests/support/spark_cluster.py); with `set_env`, point this process's
     AWS environment at it for the duration (restored afterwards)."""
     from moto.server import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     app = _AtomicConditionalWrites(DomainDispatcherApplication(create_backend_app))
-    server = make_server("127.0.0.1", 0, app, threaded=True)
+    server = make_server(host, 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="moto-s3", daemon=True)
     thread.start()
     host, port = server.server_address[:2]

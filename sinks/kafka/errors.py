@@ -1,6 +1,7 @@
 """What the `kafka-eos` sink raises and reads beyond the template's errors: a record too large
 for the producer or the broker, named with its size, key and row; the delivery errors that
-mean a newer attempt fenced this producer. The commit client's own errors (EndTxn refused,
+mean a newer attempt fenced this producer; a cluster that refuses transactions, said plainly
+at start. The commit client's own errors (EndTxn refused,
 fenced, unauthorized) live with it, in commit_client.py.
 """
 
@@ -11,9 +12,23 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from connectors.core.kafka.transactions_refused import (
+    TransactionsUnsupported,
+    refuses_transactions,
+)
+from connectors.core.kafka.transactions_refused import message as refused_message
+
 #: Delivery errors that mean a newer producer took the transactional id over.
 _FENCING_CODES = frozenset({KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.PRODUCER_FENCED,
                             KafkaError._FENCED})
+
+
+def transactions_refused(bootstrap: str, exc: Exception) -> TransactionsUnsupported | None:
+    """What the sink raises when the commit client's InitProducerId at start (`exc`) says the
+    cluster does not do transactions; None for any other failure."""
+    if refuses_transactions(getattr(exc, "code", None), str(exc)):
+        return TransactionsUnsupported(refused_message(bootstrap, str(exc)))
+    return None
 
 
 def fencing_delivery_error(errors: list) -> KafkaError | None:

@@ -12,6 +12,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from connectors.core.kafka.client import RetryPolicy, broker_max_transaction_timeout_ms
+from connectors.core.kafka.cloud_tokens import librdkafka_client_conf
+from connectors.core.kafka.transactions_refused import (
+    TransactionsUnsupported,
+    refuses_transactions,
+)
+from connectors.core.kafka.transactions_refused import message as refused_message
 from sinks.kafka.commit_client import TxnAuthorizationError, acl_needed
 from sinks.kafka.errors import delivery_error, fencing_delivery_error
 from sinks.two_phase_commit import AT_LEAST_ONCE, TaskInfo
@@ -100,7 +106,7 @@ DEFAULT_PARTITIONER = "murmur2_random"
 def producer_conf(kafka_conf: dict[str, str]) -> dict[str, Any]:
     """What every producer of the sink starts from: the user's `kafka.*` options, with the
     Java client's partitioner unless the user chose one."""
-    conf: dict[str, Any] = dict(kafka_conf)
+    conf: dict[str, Any] = librdkafka_client_conf(kafka_conf)  # a cloud's token callback
     conf.setdefault("partitioner", DEFAULT_PARTITIONER)
     return conf
 
@@ -265,6 +271,9 @@ def init_transactions(
                 raise TxnAuthorizationError(
                     f"init_transactions({tid}): {err}; " + acl_needed(code, prefix), code,
                 ) from e
+            if refuses_transactions(code):
+                raise TransactionsUnsupported(
+                    refused_message(conf["bootstrap.servers"], str(err))) from None
             lower = lower_transaction_timeout(timeout_ms)
             if code != KafkaError.INVALID_TRANSACTION_TIMEOUT or user_set or lower is None:
                 raise

@@ -43,7 +43,7 @@ from sinks.kafka.commit_client import (
     end_transaction,
     fence_transactional_id,
 )
-from sinks.kafka.errors import RecordTooLarge, record_too_large, row_place
+from sinks.kafka.errors import RecordTooLarge, record_too_large, row_place, transactions_refused
 from sinks.kafka.handles import KafkaHandle, kafka_handle
 from sinks.kafka.ids import acl_check_id, parse_transactional_id, transactional_id
 from sinks.kafka.options import KafkaSinkOptions
@@ -166,6 +166,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         except TxnAuthorizationError as e:
             raise self._acl_error(e) from e
         except (TransientTxnError, TxnRequestError) as e:
+            if refused := transactions_refused(self.options.bootstrap_servers, e):
+                raise refused from None  # e.g. Event Hubs Standard
             log.info("%s: the transactional id ACL was not checked at start (%s)",
                      self.describe(), e)
         _ACL_CHECKED.add(key)

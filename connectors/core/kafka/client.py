@@ -21,6 +21,7 @@ from tenacity import (
     stop_before_delay,
 )
 
+from connectors.core.kafka.cloud_tokens import librdkafka_client_conf
 from connectors.core.kafka.python_security import connection_hint, protocol_of
 from connectors.core.kafka.java_options import translate
 from connectors.core.options import OptionError, Options
@@ -195,7 +196,7 @@ def consumer_conf(base: Mapping[str, str]) -> dict[str, str]:
     }
     conf.update(base)
     conf.update({"enable.auto.commit": "false", "auto.offset.reset": "error"})
-    return conf
+    return librdkafka_client_conf(conf)  # a cloud's token callback, when one is configured
 
 
 class ClusterConnectionError(ConnectionError):
@@ -284,8 +285,9 @@ CONSUMER_ONLY = frozenset({
 
 
 def admin_conf(conf: Mapping[str, str]) -> dict[str, str]:
-    """The settings of an admin client beside consumers of `conf`: the same, less consumers'."""
-    return {k: v for k, v in conf.items() if k not in CONSUMER_ONLY}
+    """The settings of an admin client beside consumers of `conf`: the same, less consumers'
+    (and a cloud's token callback, when one is configured)."""
+    return librdkafka_client_conf({k: v for k, v in conf.items() if k not in CONSUMER_ONLY})
 
 
 def isolation_of(conf: Mapping[str, str]) -> IsolationLevel:
@@ -429,7 +431,7 @@ def broker_max_transaction_timeout_ms(
     say: Tansu 0.6.0 answers DescribeConfigs with no entries at all (measured), and a principal
     without DESCRIBE_CONFIGS on the cluster is refused. One metadata and one DescribeConfigs
     round trip."""
-    admin = AdminClient(dict(base_conf))
+    admin = AdminClient(admin_conf(base_conf))
     brokers = admin.list_topics(timeout=timeout_s).brokers
     resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
     values: list[int] = []

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from connectors.core.kafka.cloud_tokens import finish as finish_cloud_method
+from connectors.core.kafka.cloud_tokens import translate_java as translate_cloud_java
 from connectors.core.options import OptionError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -311,6 +313,9 @@ def _translate_jaas(conf: dict[str, str]) -> None:
 def translate(conf: Mapping[str, str]) -> dict[str, str]:
     """librdkafka configuration from `kafka.*` options given in either dialect."""
     out = {k.lower(): v for k, v in conf.items()}
+    # the clouds' Java options (MSK IAM, Google's handler, Databricks' shaded names):
+    # connectors/core/kafka/cloud_tokens/java.py
+    translate_cloud_java(out, parse_jaas)
     # Java's OIDC callback handler is what sasl.oauthbearer.method=oidc does: dropped, checked
     # below to come with the token endpoint
     oidc_handler = out.get("sasl.login.callback.handler.class", "").strip() in _OIDC_HANDLERS
@@ -348,4 +353,5 @@ def translate(conf: Mapping[str, str]) -> dict[str, str]:
             raise OptionError(_opt("security.protocol"),
                               f"expected one of {', '.join(PROTOCOLS)}; got {protocol!r}")
         out["security.protocol"] = protocol
+    finish_cloud_method(out)  # a cloud token method's settings, checked now
     return out

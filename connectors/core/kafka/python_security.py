@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from connectors.core.kafka.cloud_tokens import is_cloud, kafka_python_token_provider
 from connectors.core.kafka.java_options import translate
 from connectors.core.kafka.oidc_token import OidcTokenProvider
 from connectors.core.options import OptionError
@@ -45,12 +46,15 @@ def check_commit_mechanism(conf: Mapping[str, str]) -> None:
             f"transactions with a client that speaks {', '.join(COMMIT_MECHANISMS)}"
             + (" (librdkafka defaults to GSSAPI when no mechanism is set)"
                if "sasl.mechanisms" not in conf else ""))
-    if mechanism == "OAUTHBEARER" and conf.get("sasl.oauthbearer.method", "").lower() != "oidc":
+    if mechanism == "OAUTHBEARER" and not is_cloud(conf) \
+            and conf.get("sasl.oauthbearer.method", "").lower() != "oidc":
         raise OptionError(
             _opt("sasl.oauthbearer.method"),
-            "the exactly-once Kafka sink needs OAUTHBEARER tokens from an OIDC provider: set "
-            "kafka.sasl.oauthbearer.method=oidc with kafka.sasl.oauthbearer.client.id, "
-            "kafka.sasl.oauthbearer.client.secret and kafka.sasl.oauthbearer.token.endpoint.url")
+            "the exactly-once Kafka sink needs OAUTHBEARER tokens from an OIDC provider or a "
+            "cloud's identity: set kafka.sasl.oauthbearer.method=oidc with "
+            "kafka.sasl.oauthbearer.client.id, kafka.sasl.oauthbearer.client.secret and "
+            "kafka.sasl.oauthbearer.token.endpoint.url, or aws_msk_iam, azure or google "
+            "(docs/secured-clusters.md)")
 
 
 def _oauth_provider(conf: Mapping[str, str]):
@@ -177,7 +181,8 @@ def kafka_python_config(conf: Mapping[str, str]) -> dict[str, Any]:
         mechanism = conf["sasl.mechanisms"].upper()
         config["sasl_mechanism"] = mechanism
         if mechanism == "OAUTHBEARER":
-            config["sasl_oauth_token_provider"] = _oauth_provider(conf)
+            config["sasl_oauth_token_provider"] = (
+                kafka_python_token_provider(conf) if is_cloud(conf) else _oauth_provider(conf))
         else:
             config["sasl_plain_username"] = conf.get("sasl.username", "")
             config["sasl_plain_password"] = conf.get("sasl.password", "")
@@ -203,6 +208,16 @@ def connection_hint(conf: Mapping[str, str], detail: str) -> str:
     protocol = protocol_of(conf)
     tls = protocol in ("SSL", "SASL_SSL")
     d = detail.lower()
+    oauth = protocol.startswith("SASL") and conf.get("sasl.mechanisms", "").upper() == "OAUTHBEARER"
+    if oauth and ("oauthbearer" in d or "token" in d or ("sasl" in d and "auth" in d)):
+        # a token that was not issued (the OIDC endpoint refused the client) or was refused
+        if is_cloud(conf):
+            return ("no OAUTHBEARER token was accepted: check the cloud identity's options "
+                    "(kafka.sasl.oauthbearer.method and its settings, docs/secured-clusters.md)")
+        return ("no OAUTHBEARER token was accepted: check kafka.sasl.oauthbearer.client.id, "
+                "kafka.sasl.oauthbearer.client.secret, kafka.sasl.oauthbearer.token.endpoint.url "
+                "and kafka.sasl.oauthbearer.scope (or clientId / clientSecret in "
+                "kafka.sasl.jaas.config)")
     if "sasl" in d and ("auth" in d or "credential" in d or "password" in d):
         return ("the broker refused the SASL credentials: check kafka.sasl.username, "
                 "kafka.sasl.password and kafka.sasl.mechanism (or kafka.sasl.jaas.config)")

@@ -44,6 +44,10 @@ ap.add_argument("--mode", choices=["drain", "continuous"], default="drain")
 ap.add_argument("--trigger-ms", type=int, default=300,
                 help="continuous mode's processing-time trigger interval")
 ap.add_argument("--master", default="local[2,4]")  # 4 task attempts: a failed task is retried
+ap.add_argument("--driver-host", default=None,
+                help="a cluster master (spark://...): the address executors reach the driver "
+                     "at; the session is then built as a user's job builds it, with nothing of "
+                     "the test harness (connectors.local.spark) and no PYSPARK_* set here")
 ap.add_argument("--max-per-trigger", default="50")
 ap.add_argument("--poll-timeout-ms", default="20000")
 ap.add_argument("--guarantee", default="exactly-once")
@@ -99,9 +103,24 @@ from integration_tests.support.processes import WORKERS_LINE  # noqa: E402
 
 print(WORKERS_LINE.format("no-daemon" if args.no_daemon else "daemon"), end="", flush=True)
 
-from connectors.local.spark import local_spark  # noqa: E402  (after the environment is set)
+if args.driver_host:
+    from pyspark.sql import SparkSession  # noqa: E402
 
-spark = local_spark("eos-pipeline", master=args.master, conf=conf)
+    builder = (SparkSession.builder.master(args.master).appName("eos-pipeline")
+               .config("spark.driver.host", args.driver_host)
+               .config("spark.driver.bindAddress", args.driver_host)
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    print(f"PYSPARK_PYTHON={os.environ.get('PYSPARK_PYTHON')!r} "
+          f"executors' Python: {spark.sparkContext.pythonExec!r}", flush=True)
+else:
+    from connectors.local.spark import local_spark  # noqa: E402  (after the environment is set)
+
+    spark = local_spark("eos-pipeline", master=args.master, conf=conf)
 
 
 def start(args: argparse.Namespace):
