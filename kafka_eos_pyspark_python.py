@@ -82,7 +82,8 @@ def drop_bundled_pyspark_zips(path: list = sys.path, cache: dict = sys.path_impo
     for spark-core's jar), the archives inside an installed PySpark package `<site>/pyspark`
     that the installed packages stand for: `python/lib/pyspark.zip` and the `jars/*.jar` Spark
     adds (no Python in them) when `<site>/pyspark/__init__.py` exists, `python/lib/py4j-*.zip`
-    when `<site>/py4j/__init__.py` does (pip installs PySpark's py4j dependency there)."""
+    when `<site>/py4j/__init__.py` does (pip installs PySpark's py4j dependency there); only
+    when `<site>` is on `path`, so that the interpreter imports those packages instead."""
     for entry in list(path):
         if not isinstance(entry, str) or not entry.endswith((".zip", ".jar")):
             continue
@@ -95,6 +96,12 @@ def drop_bundled_pyspark_zips(path: list = sys.path, cache: dict = sys.path_impo
         else:
             continue
         if os.path.basename(package) != "pyspark":
+            continue
+        # The installed package stands for the zip only where this interpreter imports it: a
+        # packed environment shipped to the driver (spark.archives, `./environment/bin/python`)
+        # has no PySpark of its own, and the zip is then the only copy it can import.
+        site = os.path.dirname(package)
+        if not any(isinstance(p, str) and os.path.normpath(p) == site for p in path):
             continue
         if name == "pyspark.zip" or name.endswith(".jar"):
             installed = os.path.join(package, "__init__.py")

@@ -23,6 +23,10 @@ KAFKA_BOOTSTRAP_SERVERS (or a Docker engine) says otherwise.
                                                # PySpark 4.2.0 session (benchmarks/partitions.py;
                                                # merged into DIR/results.json, chart in
                                                # DIR/partitions.png)
+    python -m benchmarks --only cluster        # the source and both sinks on a Spark
+                                               # standalone cluster of separate hosts (network
+                                               # namespaces; root), one worker then two: rows/s
+                                               # per executor core (benchmarks/cluster.py)
     python -m benchmarks --only registry       # Schema Registry Avro read against binary,
                                                # AvroDeserializer and from_avro; Protobuf and
                                                # JSON Schema decoders (benchmarks/registry.py;
@@ -97,8 +101,8 @@ def _throughput_options(ap: argparse.ArgumentParser) -> None:
                     help="measured runs of each side, alternating; the best of each is kept")
     ap.add_argument("--only", default="source,kafka,delta,memory,latency",
                     help="comma-separated subset of source,kafka,delta,memory,latency,"
-                         "delta-long-run,upsert-scale,partitions,registry; latency, "
-                         "delta-long-run, upsert-scale, partitions and registry alone are "
+                         "delta-long-run,upsert-scale,partitions,registry,cluster; latency, "
+                         "delta-long-run, upsert-scale, partitions, registry and cluster alone are "
                          "merged into an existing results.json, the rest kept")
 
 
@@ -459,7 +463,8 @@ def _write_results(args: argparse.Namespace, results: dict, only: set[str],
     if os.path.exists(json_path):
         with open(json_path) as f:  # sections measured by their own command: kept
             previous = json.load(f)
-        for key in ("delta_long_run", "latency", "upsert_scale", "partitions"):
+        for key in ("delta_long_run", "latency", "upsert_scale", "partitions", "registry",
+                    "cluster"):
             if key not in results and key in previous:
                 results[key] = previous[key]
     _latency_targets(results)
@@ -497,6 +502,13 @@ def _run_alone(args: argparse.Namespace, argv: list[str] | None, only: set[str])
     if "upsert-scale" in only:
         raise SystemExit("python -m benchmarks: --only upsert-scale runs on its own (it needs "
                          "neither the broker nor Spark)")
+    if only == {"cluster"}:
+        from benchmarks import cluster
+
+        return cluster.run_section(args, argv)
+    if "cluster" in only:
+        raise SystemExit("python -m benchmarks: --only cluster runs on its own (a Spark "
+                         "standalone cluster in network namespaces)")
     if only == {"partitions"}:
         from benchmarks import partitions
 

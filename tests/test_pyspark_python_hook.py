@@ -143,6 +143,19 @@ def test_the_zips_bundled_in_the_installed_pyspark_leave_the_path(tmp_path):
     assert list(cache) == ["/work/job"]  # importlib.invalidate_caches() would re-read them
 
 
+def test_an_interpreter_without_that_pyspark_keeps_the_zips(tmp_path):
+    """A packed environment without PySpark (spark.archives' `./environment/bin/python`) run by
+    the driver, whose SPARK_HOME is its own pip-installed PySpark: that PySpark's site-packages
+    are not on this interpreter's path, and the zips are the only PySpark it can import. Dropped,
+    the driver's look-up worker imported no pyspark and found no format
+    (`[DATA_SOURCE_NOT_FOUND] ... kafka-eos`)."""
+    sp, pyspark_zip, py4j_zip = _pip_layout(tmp_path)
+    path = [str(pyspark_zip), str(py4j_zip), "/work/job", str(tmp_path / "environment" / "lib")]
+    hook.drop_bundled_pyspark_zips(path, {})
+    assert path == [str(pyspark_zip), str(py4j_zip), "/work/job",
+                    str(tmp_path / "environment" / "lib")]
+
+
 def test_a_spark_home_of_its_own_keeps_its_zips(tmp_path):
     """A cluster's SPARK_HOME (no installed package around its zip), or a py4j zip without a
     py4j package beside PySpark: those zips are the only copy, and stay."""

@@ -185,6 +185,9 @@ def lost_executor_lines(text: str, address: str) -> list[str]:
             if address in line and re.search(r"Lost (executor|task)", line)]
 
 
+# The module's first test also builds the nodes' environment (a minute or two, once per set of
+# dependencies) and starts the lab, the 3-node Kafka cluster and the Spark cluster.
+@pytest.mark.timeout(1500)
 def test_three_sinks_on_a_cluster_of_separate_hosts_lose_executors_a_worker_and_the_driver(
         lane: Lane) -> None:
     lab, cluster, kafka = lane.lab, lane.cluster, lane.kafka
@@ -333,6 +336,7 @@ def test_a_checkpoint_on_the_drivers_disk_is_refused_by_the_first_task(lane: Lan
     assert lane.s3.list_keys(bucket, "t/_delta_log/") == []
 
 
+@pytest.mark.timeout(1200)  # a first run builds and packs two environments
 def test_a_packed_environment_shipped_with_spark_archives_on_nodes_without_the_package(
         lane: Lane) -> None:
     """The YARN and Kubernetes way (docs/deploying.md): the nodes have Spark and no package;

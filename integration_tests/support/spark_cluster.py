@@ -148,7 +148,9 @@ def bare_node_environment() -> Path:
 def packed_environment(root: Path = Path(ROOT)) -> tuple[Path, Path]:
     """(the environment, its `venv-pack` archive): the package from this checkout's wheel with
     its dependencies but PySpark (the executors' Spark brings its own pyspark.zip), packed as
-    an uncompressed tar (quick to pack and unpack on two cores), for `spark.archives`. Cached
+    a `.tar.gz` at gzip level 1, for `spark.archives`: Spark unpacks a plain `.tar` with its own
+    Java code, which drops the files' modes (`Cannot run program "./environment/bin/python":
+    error=13, Permission denied`), a `.tar.gz` with Hadoop's, which keeps them. Cached
     per wheel. Its interpreter is a copy of this one's binary (its standard library stays at the
     base interpreter's path, which the nodes share, as a cluster image's Python would)."""
     import tomllib
@@ -160,7 +162,7 @@ def packed_environment(root: Path = Path(ROOT)) -> tuple[Path, Path]:
         "optional-dependencies"].get(NODE_EXTRAS, [])
     key = hashlib.sha256(f"{sys.version}\n{sorted(deps)}\ncopies".encode()).hexdigest()[:12]
     env = CACHE / "cluster-env" / f"packed-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
-    archive = env.with_name(f"{env.name}-{wheel.parent.name}.tar")
+    archive = env.with_name(f"{env.name}-{wheel.parent.name}.tar.gz")
     with _locked(env.parent / f"{env.name}.lock"):
         python = env / "bin" / "python"
         if not (env / ".deps-installed").exists():
@@ -176,12 +178,12 @@ def packed_environment(root: Path = Path(ROOT)) -> tuple[Path, Path]:
             subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                             "--no-deps", "--force-reinstall", str(wheel)], check=True,
                            capture_output=True, text=True)
-            for old in env.parent.glob(f"{env.name}-*.tar"):
+            for old in env.parent.glob(f"{env.name}-*.tar*"):
                 old.unlink()
-            tmp = archive.with_suffix(".tmp.tar")
+            tmp = archive.with_name(f"{archive.name}.tmp.tar.gz")
             subprocess.run([sys.executable, "-m", "venv_pack", "-p", str(env), "-o", str(tmp),
-                            "--format", "tar", "--force"], check=True, capture_output=True,
-                           text=True)
+                            "--format", "tar.gz", "--compress-level", "1", "--force"],
+                           check=True, capture_output=True, text=True)
             tmp.rename(archive)
     return env, archive
 
