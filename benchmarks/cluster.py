@@ -78,7 +78,7 @@ def measure(records: int, work: Path) -> dict:
     per_partition = records // PARTITIONS
     rows = per_partition * PARTITIONS
     out: dict = {"records": rows, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES,
-                 "by_workers": {}}
+                 "cores_per_worker": 1, "by_workers": {}}
     with netns.network_lab(hosts=5) as lab, s3_server(host=lab.client) as s3, \
             kafka_cluster(LATEST, hosts=lab.hosts[:3], launcher=lab.launcher) as kafka, \
             spark_cluster(lab, [4], logs=work / "logs", cores=1, memory="2g") as cluster:
