@@ -9,6 +9,7 @@ open, recovery, clean-up), and read `pg_prepared_xacts` and the table back indep
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -31,6 +32,13 @@ def rows(*keys: int) -> pa.RecordBatch:
 
 
 def make_sink(url: str, checkpoint: str, table: str) -> PostgresSink:
+    # Spark's `metadata`, written on the driver as a query starts: a task that does not see it
+    # refuses the checkpoint as another host's (CheckpointNotShared)
+    os.makedirs(checkpoint, exist_ok=True)
+    metadata = os.path.join(checkpoint, "metadata")
+    if not os.path.exists(metadata):
+        with open(metadata, "w") as f:
+            f.write('{"id":"%s"}' % uuid.uuid4())
     opts = Options({"url": url, "table": table, "checkpointLocation": checkpoint})
     settings = SinkSettings.from_options(FORMAT_NAME, opts)
     return PostgresSink(settings, PostgresOptions.parse(opts, settings), SCHEMA)
