@@ -200,27 +200,44 @@ def kafka_jars(generation: Generation = LATEST) -> Path:
 
 def _fetch_jars(generation: Generation, lib: Path, done: Path) -> Path:
     coordinates = [f"org.apache.kafka:kafka_2.13:{generation.version}", *generation.logging]
+    return resolve_into_cache(coordinates, lib, done, what=f"Apache Kafka {generation.version}",
+                              required=coordinates[:1])
+
+
+def resolve_into_cache(coordinates: Sequence[str], lib: Path, done: Path, *, what: str,
+                       exclude: Sequence[str] = (), required: Sequence[str] | None = None,
+                       forbidden: Sequence[str] = ()) -> Path:
+    """Resolve `coordinates` with their dependencies (less `exclude`) from Maven Central into
+    `lib`, for a caller that holds the fetch's lock: staged beside it with `mvn` where it is
+    installed, else PySpark's Ivy; the `required` coordinates' own jars (all, by default) must
+    be there and no jar matching a `forbidden` glob; then renamed into place and `done` written
+    last, so that a fetch that died half way is never taken for a complete one.
+    KafkaUnavailable names what failed (each resolver's error)."""
     work = Path(tempfile.mkdtemp(prefix="resolve-", dir=lib.parent))
     staging = work / "lib"
     try:
-        log.warning("fetching Apache Kafka %s's jars from Maven Central into %s (once)",
-                    generation.version, lib)
+        log.warning("fetching %s from Maven Central into %s (once)", what, lib)
         errors = []
-        resolvers = ([resolve_with_maven] if shutil.which("mvn") else []) + [resolve_with_ivy]
-        for resolve in resolvers:
+        mvn = shutil.which("mvn") is not None
+        for resolve in ([resolve_with_maven] if mvn else []) + [resolve_with_ivy]:
             try:
-                resolve(coordinates, work, staging)
+                resolve(list(coordinates), work, staging, exclude=exclude)
                 break
             except (KafkaUnavailable, subprocess.TimeoutExpired, OSError) as e:
                 errors.append(str(e))
                 shutil.rmtree(staging, ignore_errors=True)
         else:
             raise KafkaUnavailable(
-                f"cannot fetch Apache Kafka {generation.version} from Maven Central"
-                + ("" if shutil.which("mvn") else " (mvn is not installed; tried PySpark's Ivy)")
+                f"cannot fetch {what} from Maven Central"
+                + ("" if mvn else " (mvn is not installed; tried PySpark's Ivy)")
                 + ": " + " | ".join(errors))
-        if not any(staging.glob(f"kafka_2.13-{generation.version}*.jar")):
-            raise KafkaUnavailable(f"the resolved classpath lacks kafka_2.13-{generation.version}")
+        for item in coordinates if required is None else required:
+            _group, artifact, version = item.split(":")[:3]
+            if not (staging / f"{artifact}-{version}.jar").is_file():
+                raise KafkaUnavailable(f"the resolved jars lack {artifact}-{version}.jar")
+        for pattern in forbidden:
+            if any(staging.glob(pattern)):
+                raise KafkaUnavailable(f"the resolution brought {pattern}, which it must not")
         shutil.rmtree(lib, ignore_errors=True)
         staging.rename(lib)
         done.write_text(" ".join(coordinates) + "\n")

@@ -35,7 +35,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,8 +43,7 @@ from typing import TYPE_CHECKING
 from connectors.local.apache_kafka import (
     KafkaUnavailable,
     cache_dir,
-    resolve_with_ivy,
-    resolve_with_maven,
+    resolve_into_cache,
 )
 
 if TYPE_CHECKING:
@@ -201,34 +199,10 @@ def peers_jars() -> Path:
         if done.exists():
             return lib
         lib.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix="resolve-", dir=lib.parent))
-        staging = work / "lib"
         try:
-            log.warning("fetching %s from Maven Central into %s (once)", ", ".join(PACKAGES), lib)
-            errors = []
-            mvn = shutil.which("mvn") is not None
-            for resolve in ([resolve_with_maven] if mvn else []) + [resolve_with_ivy]:
-                try:
-                    resolve(list(PACKAGES), work, staging)
-                    break
-                except (KafkaUnavailable, subprocess.TimeoutExpired, OSError) as e:
-                    errors.append(str(e))
-                    shutil.rmtree(staging, ignore_errors=True)
-            else:
-                raise PeersUnavailable(
-                    f"cannot fetch {', '.join(PACKAGES)} from Maven Central"
-                    + ("" if mvn else " (mvn is not installed; tried PySpark's Ivy)")
-                    + ": " + " | ".join(errors))
-            for coordinates in PACKAGES:
-                _group, artifact, version = coordinates.split(":")
-                if not (staging / f"{artifact}-{version}.jar").is_file():
-                    raise PeersUnavailable(f"the resolved jars lack {artifact}-{version}.jar")
-            shutil.rmtree(lib, ignore_errors=True)
-            staging.rename(lib)
-            done.write_text(" ".join(PACKAGES) + "\n")
-            return lib
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+            return resolve_into_cache(PACKAGES, lib, done, what=", ".join(PACKAGES))
+        except KafkaUnavailable as e:
+            raise PeersUnavailable(str(e)) from None
 
 
 _VERSION_TOKEN = re.compile(r"\d+(\.\d+)+")

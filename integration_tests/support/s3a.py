@@ -24,16 +24,9 @@ from __future__ import annotations
 import fcntl
 import logging
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
-from connectors.local.apache_kafka import (
-    KafkaUnavailable,
-    cache_dir,
-    resolve_with_ivy,
-    resolve_with_maven,
-)
+from connectors.local.apache_kafka import KafkaUnavailable, cache_dir, resolve_into_cache
 from integration_tests.support.peers import artifact_name
 
 log = logging.getLogger(__name__)
@@ -84,38 +77,11 @@ def s3a_jars_dir() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if done.exists():
             return lib
-        work = Path(tempfile.mkdtemp(prefix="resolve-", dir=lib.parent))
-        staging = work / "lib"
         try:
-            log.warning("fetching %s from Maven Central into %s (once)", ", ".join(COORDINATES),
-                        lib)
-            errors = []
-            mvn = shutil.which("mvn") is not None
-            for resolve in ([resolve_with_maven] if mvn else []) + [resolve_with_ivy]:
-                try:
-                    resolve(list(COORDINATES), work, staging, exclude=EXCLUDE)
-                    break
-                except (KafkaUnavailable, subprocess.TimeoutExpired, OSError) as e:
-                    errors.append(str(e))
-                    shutil.rmtree(staging, ignore_errors=True)
-            else:
-                raise S3AUnavailable(
-                    f"cannot fetch {', '.join(COORDINATES)} from Maven Central"
-                    + ("" if mvn else " (mvn is not installed; tried PySpark's Ivy)")
-                    + ": " + " | ".join(errors))
-            for coordinates in COORDINATES:
-                _group, artifact, version = coordinates.split(":")
-                if not (staging / f"{artifact}-{version}.jar").is_file():
-                    raise S3AUnavailable(f"the resolved jars lack {artifact}-{version}.jar")
-            if any(staging.glob("bundle-*.jar")):
-                raise S3AUnavailable("the resolution brought the AWS SDK bundle despite the "
-                                     "exclusion")
-            shutil.rmtree(lib, ignore_errors=True)
-            staging.rename(lib)
-            done.write_text(" ".join(COORDINATES) + "\n")
-            return lib
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+            return resolve_into_cache(COORDINATES, lib, done, what=", ".join(COORDINATES),
+                                      exclude=EXCLUDE, forbidden=("bundle-*.jar",))
+        except KafkaUnavailable as e:
+            raise S3AUnavailable(str(e)) from None
 
 
 def s3a_jars() -> list[Path]:
