@@ -262,8 +262,9 @@ class _Protocol:
         txn: Any = None
         handle: Handle | None = None
         rows = nbytes = 0
-        if self.exactly_once and not self.settings.batch_job:
-            self._log().assert_visible_here()  # before anything is written to the store
+        txlog = self._log() if self.exactly_once and not self.settings.batch_job else None
+        if txlog is not None:  # the handle goes there: seen first, before the store is touched
+            txlog.assert_visible_here()
         try:
             for batch in iterator:
                 if batch.num_rows == 0:
@@ -276,10 +277,10 @@ class _Protocol:
                 self._fault("task_write", batch_id, info.partition_id)
             self._fault("task_fail", batch_id, info.partition_id, info.attempt)
             handle = self.sink.preCommit(txn) if txn is not None else None
-            if handle is not None and self.exactly_once and not self.settings.batch_job:
+            if handle is not None and txlog is not None:
                 # Inside the abort scope: a prepared transaction whose handle never reached
                 # the log would be known to nobody.
-                self._log().record_prepared(batch_id, info.partition_id, info.attempt, handle)
+                txlog.record_prepared(batch_id, info.partition_id, info.attempt, handle)
         except BaseException:
             self._abort_failed_task(txn, handle)
             raise
