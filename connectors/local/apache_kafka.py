@@ -286,6 +286,9 @@ def server_properties(
         # broker's own timeout abort wait for it).
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         "log.flush.interval.messages": "9223372036854775807",
+        # The active controller writes a no-op record to the metadata log when idle, every
+        # 500 ms by default: a broker that sits idle in a test run or on a laptop burns CPU.
+        "metadata.max.idle.interval.ms": "5000",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:ANONYMOUS",
     }

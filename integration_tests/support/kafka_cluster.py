@@ -234,6 +234,12 @@ def node_properties(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         # A follower cut off (killed, frozen, partitioned) leaves the ISR after 10 s, not 30.
         "replica.lag.time.max.ms": "10000",
+        # Idle, a cluster's CPU goes to the controller's no-op metadata records (every 500 ms by
+        # default) and the followers' fetches (500 ms). Both wait longer here: a fetch still
+        # returns as soon as data arrives, and 5 s stays under replica.lag.time.max.ms. Three
+        # idle nodes: 12.7 -> 7.2 CPU-s a minute (measured on this machine).
+        "metadata.max.idle.interval.ms": "5000",
+        "replica.fetch.wait.max.ms": "5000",
     }
     if generation.major >= 4:
         props.update({
@@ -521,10 +527,12 @@ class KafkaCluster:
         raise TimeoutError(f"no transaction coordinator for {transactional_id!r} after "
                            f"{timeout_s} s: {last}")
 
-    def create_topic(self, name: str, partitions: int, replication: int = 3,
+    def create_topic(self, name: str, partitions: int, replication: int | None = None,
                      config: dict[str, str] | None = None, timeout_s: float = 60) -> None:
-        """Create the topic and wait until every node serving sees a leader for each
-        partition."""
+        """Create the topic (replicated on up to 3 nodes by default) and wait until every node
+        serving sees a leader for each partition."""
+        if replication is None:
+            replication = min(3, len(self.nodes))
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
