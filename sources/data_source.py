@@ -1,24 +1,31 @@
 """`kafka-eos`'s reading side as a PySpark data source: options checked at `.load()`, the
 reader schemas looked up once per query start, and a reader per mode (streaming, batch,
-`readMode=driver`)."""
+`readMode=driver`).
+
+Every Python process Spark starts for a data-source role (the format look-up, a sink's writer
+and commit, each planner) unpickles this class and so imports this module. The readers, the
+options and their Kafka client (confluent-kafka, which imports asyncio) are imported by the
+methods that use them: a process of a sink's role or a look-up does not pay them
+(tests/test_worker_imports.py)."""
 
 from __future__ import annotations
 
-from pyspark.errors import PySparkNotImplementedError
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    SimpleDataSourceStreamReader,
-)
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
+from typing import TYPE_CHECKING
 
-from sources.driver_reader import KafkaDriverStreamReader
-from sources.kafka_options import KafkaSourceOptions, parse_source_options
-from sources.kafka_source import FORMAT_NAME, KafkaBatchReader, KafkaStreamReader
-from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, arrow_schema
-from sources.registry_columns import RegistryColumns, resolve_columns
+from pyspark.sql.datasource import DataSource
+
+from connectors.core.kafka.format import FORMAT_NAME
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        SimpleDataSourceStreamReader,
+    )
+    from pyspark.sql.types import StructType
+
+    from sources.kafka_options import KafkaSourceOptions
+    from sources.registry_columns import RegistryColumns
 
 
 class KafkaEosDataSource(DataSource):
@@ -36,11 +43,16 @@ class KafkaEosDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> str | StructType:
+        from sources.kafka_options import parse_source_options
+        from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, arrow_schema
+
         # Streaming or batch is not known yet: the checks common to both run now, the rest
         # when Spark asks for a reader.
         options = parse_source_options(self._raw, batch=None)
         columns = self._registry_columns(options)
         if columns.active:
+            from pyspark.sql.pandas.types import from_arrow_schema
+
             base = from_arrow_schema(arrow_schema(options.include_headers),
                                      prefer_timestamp_ntz=True)
             return columns.spark_schema(base)
@@ -51,6 +63,8 @@ class KafkaEosDataSource(DataSource):
         """The value/key reader schemas, looked up once per query start (in schema(), whose
         result Spark pickles with this object to the reader's process)."""
         if self._columns is None:
+            from sources.registry_columns import resolve_columns
+
             sub = options.subscription
             topics = sub.topics or tuple(t for t, _ in sub.assignment)
             self._columns = resolve_columns(options.value_registry, options.key_registry,
@@ -58,10 +72,18 @@ class KafkaEosDataSource(DataSource):
         return self._columns
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from sources.kafka_options import parse_source_options
+        from sources.kafka_source import KafkaBatchReader
+
         options = parse_source_options(self._raw, batch=True)
         return KafkaBatchReader(options, self._registry_columns(options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from pyspark.errors import PySparkNotImplementedError
+
+        from sources.kafka_options import parse_source_options
+        from sources.kafka_source import KafkaStreamReader
+
         options = parse_source_options(self._raw, batch=False)
         if options.read_mode == "driver":
             # PySpark then asks for simpleStreamReader (pyspark/sql/datasource_internal.py).
@@ -72,5 +94,8 @@ class KafkaEosDataSource(DataSource):
         return KafkaStreamReader(options, self._registry_columns(options))
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        from sources.driver_reader import KafkaDriverStreamReader
+        from sources.kafka_options import parse_source_options
+
         options = parse_source_options(self._raw, batch=False)
         return KafkaDriverStreamReader(options, self._registry_columns(options))

@@ -3,8 +3,9 @@ running exactly-once queries (`kafka-eos -> kafka-eos` and `kafka-eos -> delta-e
 query fails through a rolling restart, both keep committing, and both end exactly once.
 
 One cluster per generation (4.x with transaction version 2: the session's, shared with
-test_kafka_cluster.py; and 3.9, this module's), one pair of pipelines per scenario
-(integration_tests/support/cluster_pipelines.py; on 3.9 the Kafka one alone). Input keeps
+test_kafka_cluster.py; and 3.9, this module's), one pair of pipelines per generation
+(integration_tests/support/cluster_pipelines.py; on 3.9 the Kafka one alone), through the
+rolling restarts and then, on 4.x, a lost quorum. Input keeps
 arriving from a producer of the test's own while the brokers restart, so every restart meets
 batches being read, written and committed, and some must arrive after the last fault. The
 stall a restart causes (seconds without a committed batch, from the checkpoint's `commits/`
@@ -59,22 +60,56 @@ def cluster(request: pytest.FixtureRequest) -> KafkaCluster:
         yield c
 
 
-def test_rolling_restarts_never_fail_a_query_and_end_exactly_once(cluster: KafkaCluster, tmp_path):
-    """Every broker in turn, once with SIGTERM (a controlled shutdown, as an upgrade does) and
-    once with SIGKILL, each restarted on its data and back in every ISR before the next, while
-    both queries read, write and commit. Before kafkaRetryTimeout the source's latestOffset
-    failed with _UNKNOWN_PARTITION or _DESTROY_BROKER and tasks with _TRANSPORT from
-    init_transactions (two runs in three died on SIGKILLed brokers)."""
+def lose_quorum(cluster: KafkaCluster, run, queries) -> Restart:
+    """Two of the three nodes killed for OUTAGE_S, then restarted and back in sync; the
+    queries must still be running. The outage, as a Restart whose back_at is the nodes'
+    return (and `restart_at` when they were started)."""
+    down = cluster.nodes[1:]
+    outage = Restart(2, "two down", time.time(), roles=["nodes 2 and 3 down"])
+    for node in down:
+        node.kill()
+    time.sleep(OUTAGE_S)
+    for q in queries:
+        q.assert_running("while two of three nodes were down")
+    outage.restart_at = time.time()
+    for node in down:
+        node.start()
+    for node in down:
+        cluster.wait_in_sync(node.node_id, [run.topic, run.out_topic])
+    outage.back_at = time.time()
+    wait_for_commits(queries, outage.back_at, 300, "after the quorum came back")
+    return outage
+
+
+def test_rolling_restarts_and_on_4x_a_lost_quorum_end_exactly_once(cluster: KafkaCluster, tmp_path):
+    """Every broker in turn, with SIGTERM (a controlled shutdown, as an upgrade does) and with
+    SIGKILL, each restarted on its data and back in every ISR before the next, while both
+    queries read, write and commit; then, on 4.x, the quorum and every ISR lost for 40 s.
+    Neither query fails, and both end exactly once. Before kafkaRetryTimeout the source's
+    latestOffset failed with _UNKNOWN_PARTITION or _DESTROY_BROKER and tasks with _TRANSPORT
+    from init_transactions (two runs in three died on SIGKILLed brokers).
+
+    On 3.9 the Kafka query alone, restarted with SIGKILL only, and no quorum loss: what differs
+    between the generations is the sink's commit through the transaction coordinator
+    (transaction version 0 there), and a coordinator killed mid-commit is its hardest case; the
+    Delta query's path (the source's metadata and fetches), a controlled shutdown and the
+    clients' waits without a quorum are the same on both, and run on 4.x. The quorum loss
+    shares the rolling restarts' queries (one Spark start, not two).
+
+    Without a quorum the queries wait under kafkaRetryTimeout (default 5 minutes) and go on
+    once the nodes are back. A produce that NOT_ENOUGH_REPLICAS refused inside a task's
+    transaction is retried by librdkafka, or fails the task, whose transaction is then
+    aborted: no part of a batch becomes visible alone. The outage must have had its effect:
+    nothing commits without a quorum."""
     restarts: list[Restart] = []
-    # On 3.9 the Kafka query alone: what differs between the generations is the sink's commit
-    # through the transaction coordinator (transaction version 0 there); the Delta query's path
-    # through a restart (the source's metadata and fetches) is the same on both, and runs on 4.x.
     v3 = cluster.generation.major == 3
+    hows = ("SIGKILL",) if v3 else ("SIGTERM", "SIGKILL")
+    outage = None
     with pipelines(cluster, tmp_path, "roll", delta=not v3) as run:
         queries = run.queries
         topics = {"input": run.topic, "output": run.out_topic}
         wait_for_commits(queries, 0, 240, "at the start")
-        for how in ("SIGTERM", "SIGKILL"):
+        for how in hows:
             for node in cluster.nodes:
                 roles = roles_of(cluster, node.node_id, topics, run.sink_ids)
                 r = Restart(node.node_id, how, time.time(), roles=roles)
@@ -90,62 +125,36 @@ def test_rolling_restarts_never_fail_a_query_and_end_exactly_once(cluster: Kafka
                 # both queries to commit again, so every restart meets running queries
                 wait_for_commits(queries, r.back_at, 240,
                                  f"after node {node.node_id}'s {how} restart")
-        expected = run.end_exactly_once(input_after=restarts[-1].back_at)
-    # Which restart hit which role is printed, not asserted: every node is restarted, so some
-    # restart holds the coordinator and the leaders whatever the queries do.
-    lines = [f"{len(expected)} records; Apache Kafka {cluster.generation.version}"]
-    for q in queries:
-        s = stalls(q, restarts, run.until)
-        for how in ("SIGTERM", "SIGKILL"):
-            these = [v for v, r in zip(s, restarts) if r.how == how]
-            lines.append(f"{q.name}, {how}: stall p50 {statistics.median(these):.1f} s, max "
-                         f"{max(these):.1f} s ({', '.join(f'{v:.1f}' for v in these)}); "
-                         f"task attempts retried {task_retries(q.log)}")
-    lines += [f"node {r.node} {r.how}: back in {r.back_at - r.down_at:.1f} s; "
-              f"{'; '.join(r.roles) or 'no role'}" for r in restarts]
-    report(f"rolling restarts on {cluster.generation.version}", lines)
-
-
-@pytest.mark.parametrize("cluster", ["kafka-4"], indirect=True)
-def test_two_of_three_nodes_down_then_back_ends_exactly_once(cluster: KafkaCluster, tmp_path):
-    """The quorum and every ISR lost for 40 s: the queries wait under kafkaRetryTimeout
-    (default 5 minutes) and go on once the nodes are back, and end exactly once. A produce that
-    NOT_ENOUGH_REPLICAS refused inside a task's transaction is retried by librdkafka, or fails
-    the task, whose transaction is then aborted: no part of a batch becomes visible alone.
-    On 4.x only: the waits are the clients' retries under kafkaRetryTimeout, the same on either
-    generation (it passed on 3.9 too, stall 54.9 s, docs/operations.md); the rolling restarts
-    run on both, and this lane's 140 s of two cores fit the suite's budget once."""
-    with pipelines(cluster, tmp_path, "quorum") as run:
-        queries = run.queries
-        wait_for_commits(queries, 0, 240, "at the start")
-        down = cluster.nodes[1:]
-        down_at = time.time()
-        for node in down:
-            node.kill()
-        time.sleep(OUTAGE_S)
-        for q in queries:
-            q.assert_running("while two of three nodes were down")
-        restart_at = time.time()
-        for node in down:
-            node.start()
-        for node in down:
-            cluster.wait_in_sync(node.node_id, [run.topic, run.out_topic])
-        back_at = time.time()
-        wait_for_commits(queries, back_at, 300, "after the quorum came back")
-        expected = run.end_exactly_once(input_after=back_at)
+        if not v3:
+            outage = lose_quorum(cluster, run, queries)
+        last = outage or restarts[-1]
+        expected = run.end_exactly_once(input_after=last.back_at)
     # The outage had its effect: without a quorum nothing commits. A batch already read when
     # the nodes died may still commit (the Delta query's commit needs no broker), so the
     # window starts a few seconds in.
+    if outage is not None:
+        for q in queries:
+            during = [t for t in q.commit_times()
+                      if outage.down_at + SETTLE_S < t < outage.restart_at]
+            assert not during, \
+                f"the {q.name} query committed {len(during)} batch(es) without a quorum"
+    # Which restart hit which role is printed, not asserted: every node is restarted, so some
+    # restart holds the coordinator and the leaders whatever the queries do.
+    faults = restarts + ([outage] if outage else [])
+    lines = [f"{len(expected)} records; Apache Kafka {cluster.generation.version}"]
     for q in queries:
-        during = [t for t in q.commit_times() if down_at + SETTLE_S < t < restart_at]
-        assert not during, f"the {q.name} query committed {len(during)} batch(es) without a quorum"
-    lines = [f"{len(expected)} records; Apache Kafka {cluster.generation.version}; nodes 2 and 3 "
-             f"down {back_at - down_at:.1f} s (40 s killed, then restarted and back in sync)"]
-    outage = Restart(2, "two down", down_at)
-    for q in queries:
-        (s,) = stalls(q, [outage], run.until)
-        lines.append(f"{q.name}: stall {s:.1f} s; task attempts retried {task_retries(q.log)}")
-    report(f"quorum lost on {cluster.generation.version}", lines)
+        s = stalls(q, faults, run.until)
+        for how in hows:
+            these = [v for v, r in zip(s, faults) if r.how == how]
+            lines.append(f"{q.name}, {how}: stall p50 {statistics.median(these):.1f} s, max "
+                         f"{max(these):.1f} s ({', '.join(f'{v:.1f}' for v in these)})")
+        if outage is not None:
+            lines.append(f"{q.name}, quorum lost: stall {s[-1]:.1f} s")
+        lines.append(f"{q.name}: task attempts retried {task_retries(q.log)}")
+    lines += [f"node {r.node} {r.how}: back in {r.back_at - r.down_at:.1f} s; "
+              f"{'; '.join(r.roles) or 'no role'}" for r in faults]
+    report(f"rolling restarts{', then quorum lost' if outage else ''} on "
+           f"{cluster.generation.version}", lines)
 
 
 @pytest.mark.parametrize("cluster", ["kafka-4"], indirect=True)

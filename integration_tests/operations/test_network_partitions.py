@@ -3,10 +3,8 @@ run in a network namespace of their own (integration_tests/support/netns.py), cu
 from each other while two exactly-once queries run. A cut drops packets without a reset, so
 clients hang until their own timeouts, which a killed broker never shows.
 
-Three cuts, each under fresh queries (integration_tests/support/cluster_pipelines.py): both for
-the whole-cluster cut; the Kafka one alone for the two cuts of one broker, whose effect on a
-query is its source's (the same in both queries) and its Kafka sink's commit (the Delta sink's
-commit reaches no broker):
+Three cuts in turn, under one pair of running queries (integration_tests/support/
+cluster_pipelines.py), each healed and followed by committed batches before the next:
 * the whole pipeline from the whole cluster, for longer than librdkafka's `request.timeout.ms`
   (30 s) and the sink's `kafka.transaction.timeout.ms` (20 s here);
 * the Spark side from the one broker that is the transaction coordinator of the sink's ids,
@@ -24,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 
@@ -79,81 +78,61 @@ def keep_going(queries: tuple[Query, ...], since: float, timeout_s: float, what:
 IN_FLIGHT_S = 3
 
 
-def run_cut(cluster: KafkaCluster, tmp_path, scenario: str, cut, describe: str, *,
-            stalled: tuple[str, ...] = (), seen: Callable[[], bool] | None = None,
-            delta: bool = True) -> None:
-    """Two queries running, `cut()` for CUT_S seconds, healed, then both exactly once.
+@dataclass
+class Cut:
+    """One fault of the run: `cut(cluster, topic, out_topic, sink_ids)` makes it and returns
+    (its handle, where it is); `stalled`: the queries it must stop committing for the whole
+    cut; `seen`: its effect, which must show while it holds (the cut is healed AFTER_SEEN_S
+    later)."""
 
-    The cut must have had its effect, or a cut that silently stopped cutting would pass: the
-    queries named in `stalled` committed nothing for (about) the whole cut, and `seen`, where
-    given, became true while the cut held."""
-    with pipelines(cluster, tmp_path, scenario, delta=delta, kafka_sink=(
-            "--sink-option", f"kafka.transaction.timeout.ms={TRANSACTION_TIMEOUT_MS}")) as run:
-        queries = run.queries
-        keep_going(queries, 0, 240, "at the start")
-        handle, where = cut(cluster, run.topic, run.out_topic, run.sink_ids)
-        down_at = time.time()
-        seen_after = None
-        while time.time() < down_at + CUT_S:
-            if seen is not None and seen_after is None and seen():
-                seen_after = time.time() - down_at
-            if seen_after is not None and time.time() > down_at + seen_after + AFTER_SEEN_S:
-                break  # the cut did what it is for; the clients have met it since
-            time.sleep(0.5)
-        handle.heal()
-        healed_at = time.time()
-        keep_going(queries, healed_at, 420, f"after the cut ({describe}) healed")
-        expected = run.end_exactly_once(input_after=healed_at, restart_failed=True)
-    lines = [f"{len(expected)} records; {describe}: {where}; cut {healed_at - down_at:.0f} s"]
-    if seen is not None:
-        lines.append(f"the cut's effect seen {seen_after:.1f} s in" if seen_after is not None
-                     else "the cut's effect never seen")
-    stall = {}
-    for q in queries:
-        (stall[q.name],) = stalls(q, [Restart(0, scenario, down_at)], run.until)
-        outcome = (f"stopped {len(q.failures)}x, restarted: {q.failures}" if q.failures
-                   else "rode through")
-        lines.append(f"{q.name}: stall {stall[q.name]:.1f} s; {outcome}; task attempts retried "
-                     f"{task_retries(q.log)}")
-    report(f"network partition: {describe}", lines)
-    assert seen is None or seen_after is not None, f"{describe}: the cut had no effect"
-    for name in stalled:
-        assert stall[name] >= CUT_S - IN_FLIGHT_S, \
-            f"{describe}: the {name} query committed during the cut (stall {stall[name]:.1f} s)"
-    # The one way a query may stop (docs/operations.md#network-partitions): the brokers aborted
-    # a prepared transaction on its timeout during the cut. Before kafkaRetryTimeout both
-    # queries stopped at such cuts on "Failed to get watermark offsets: Local: Timed out".
-    for q in queries:
-        others = [f for f in q.failures if "TransactionLost" not in f]
-        assert not others, f"the {q.name} query stopped on something a wait would have healed: {others}"
+    name: str
+    describe: str
+    cut: Callable
+    stalled: tuple[str, ...] = ()
+    seen: Callable[[], bool] | None = None
+    where: str = ""
+    down_at: float = 0.0
+    healed_at: float = 0.0
+    seen_after: float | None = None
 
 
-def test_the_whole_pipeline_cut_from_the_whole_cluster(lab: Lab, cluster: KafkaCluster, tmp_path):
-    def cut(cluster, topic, out_topic, tids):
+def hold(cut: Cut, cluster: KafkaCluster, run, queries: tuple[Query, ...]) -> None:
+    """Make the cut, hold it CUT_S seconds (or until AFTER_SEEN_S after its effect showed),
+    heal it, and wait until each query committed again."""
+    handle, cut.where = cut.cut(cluster, run.topic, run.out_topic, run.sink_ids)
+    cut.down_at = time.time()
+    while time.time() < cut.down_at + CUT_S:
+        if cut.seen is not None and cut.seen_after is None and cut.seen():
+            cut.seen_after = time.time() - cut.down_at
+        if cut.seen_after is not None and time.time() > cut.down_at + cut.seen_after + AFTER_SEEN_S:
+            break  # the cut did what it is for; the clients have met it since
+        time.sleep(0.5)
+    handle.heal()
+    cut.healed_at = time.time()
+    keep_going(queries, cut.healed_at, 420, f"after the cut ({cut.describe}) healed")
+
+
+def test_the_pipeline_cut_from_the_cluster_then_from_the_coordinator_then_a_leader_from_its_peers(
+        lab: Lab, cluster: KafkaCluster, tmp_path):
+    """The three cuts in turn under one pair of running queries (one Spark start for the three,
+    not three: the suite's budget), each healed and followed by committed batches of both
+    queries before the next, and both exactly once at the end. Each cut must have had its
+    effect, or a cut that silently stopped cutting would pass: the queries named in `stalled`
+    committed nothing for (about) the whole cut, and `seen` became true while the cut held."""
+    cut_leader: dict[str, object] = {}
+
+    def cut_all(cluster, topic, out_topic, tids):
         return lab.cut_all_clients(), "every broker unreachable from Spark, the brokers still in touch"
 
-    run_cut(cluster, tmp_path, "cutall", cut, "the pipeline cut from the cluster",
-            stalled=(KAFKA_QUERY, DELTA_QUERY))
-
-
-def test_the_spark_side_cut_from_the_transaction_coordinator(lab: Lab, cluster: KafkaCluster,
-                                                             tmp_path):
-    def cut(cluster, topic, out_topic, tids):
+    def cut_coordinator(cluster, topic, out_topic, tids):
+        # every batch ends each of its partitions' transactions, some at the cut coordinator
         coordinators = [cluster.transaction_coordinator(t) for t in tids]
         node = max(set(coordinators), key=coordinators.count)
         return (lab.cut_client_side(node),
                 f"node {node}, coordinator of {coordinators.count(node)} of the sink's "
                 f"{len(tids)} ids, unreachable from Spark")
 
-    # every batch ends each of its partitions' transactions, some at the cut coordinator
-    run_cut(cluster, tmp_path, "cutcoord", cut, "Spark cut from the transaction coordinator",
-            stalled=(KAFKA_QUERY,), delta=False)
-
-
-def test_a_partition_leader_cut_from_the_other_brokers(lab: Lab, cluster: KafkaCluster, tmp_path):
-    cut_leader: dict[str, object] = {}
-
-    def cut(cluster, topic, out_topic, tids):
+    def cut_from_peers(cluster, topic, out_topic, tids):
         node = cluster.leader_of(out_topic, 0)
         cut_leader.update(node=node, topic=out_topic)
         led = [p for p in range(PARTITIONS) if cluster.leader_of(topic, p) == node]
@@ -169,5 +148,44 @@ def test_a_partition_leader_cut_from_the_other_brokers(lab: Lab, cluster: KafkaC
             return False
         return cut_leader["node"] not in state.isr and state.leader not in (cut_leader["node"], -1)
 
-    run_cut(cluster, tmp_path, "cutpeers", cut, "a leader cut from its peers", seen=leader_lost,
-            delta=False)
+    cuts = [
+        Cut("cutall", "the pipeline cut from the cluster", cut_all,
+            stalled=(KAFKA_QUERY, DELTA_QUERY)),
+        Cut("cutcoord", "Spark cut from the transaction coordinator", cut_coordinator,
+            stalled=(KAFKA_QUERY,)),
+        Cut("cutpeers", "a leader cut from its peers", cut_from_peers, seen=leader_lost),
+    ]
+    with pipelines(cluster, tmp_path, "cuts", kafka_sink=(
+            "--sink-option", f"kafka.transaction.timeout.ms={TRANSACTION_TIMEOUT_MS}")) as run:
+        queries = run.queries
+        keep_going(queries, 0, 240, "at the start")
+        for cut in cuts:
+            hold(cut, cluster, run, queries)
+        expected = run.end_exactly_once(input_after=cuts[-1].healed_at, restart_failed=True)
+    windows = [Restart(0, cut.name, cut.down_at) for cut in cuts]
+    stall = {q.name: stalls(q, windows, run.until) for q in queries}
+    lines = [f"{len(expected)} records"]
+    for i, cut in enumerate(cuts):
+        lines.append(f"{cut.describe}: {cut.where}; cut {cut.healed_at - cut.down_at:.0f} s")
+        if cut.seen is not None:
+            lines.append(f"  the cut's effect seen {cut.seen_after:.1f} s in"
+                         if cut.seen_after is not None else "  the cut's effect never seen")
+        lines += [f"  {name}: stall {values[i]:.1f} s" for name, values in stall.items()]
+    for q in queries:
+        outcome = (f"stopped {len(q.failures)}x, restarted: {q.failures}" if q.failures
+                   else "rode through")
+        lines.append(f"{q.name}: {outcome}; task attempts retried {task_retries(q.log)}")
+    report("network partitions", lines)
+    for i, cut in enumerate(cuts):
+        assert cut.seen is None or cut.seen_after is not None, \
+            f"{cut.describe}: the cut had no effect"
+        for name in cut.stalled:
+            assert stall[name][i] >= CUT_S - IN_FLIGHT_S, \
+                f"{cut.describe}: the {name} query committed during the cut " \
+                f"(stall {stall[name][i]:.1f} s)"
+    # The one way a query may stop (docs/operations.md#network-partitions): the brokers aborted
+    # a prepared transaction on its timeout during a cut. Before kafkaRetryTimeout both
+    # queries stopped at such cuts on "Failed to get watermark offsets: Local: Timed out".
+    for q in queries:
+        others = [f for f in q.failures if "TransactionLost" not in f]
+        assert not others, f"the {q.name} query stopped on something a wait would have healed: {others}"

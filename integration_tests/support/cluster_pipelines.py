@@ -153,6 +153,8 @@ class Restart:
     down_at: float
     back_at: float = 0.0
     roles: list[str] = field(default_factory=list)
+    #: A fault held for a while (a lost quorum): when its nodes were started again.
+    restart_at: float = 0.0
 
 
 def roles_of(cluster: KafkaCluster, node: int, topics: dict[str, str], tids: list[str]) -> list[str]:

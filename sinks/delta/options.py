@@ -20,7 +20,7 @@ from connectors.core.paths import normalise
 from sinks.delta.storage import check_delta_storage
 from sinks.query_identity import writer_identity
 from sinks.delta.ids import batch_app_id, file_tag, legacy_identity, streaming_app_id
-from sinks.two_phase_commit import EXACTLY_ONCE, SinkSettings
+from sinks.settings import EXACTLY_ONCE, SinkSettings
 
 #: The format's name, said here once: its DataSource, its handles' kind and its messages.
 FORMAT_NAME = "delta-eos"
