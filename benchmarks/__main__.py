@@ -476,6 +476,9 @@ def _write_results(args: argparse.Namespace, results: dict, only: set[str],
         draw_latency(results["latency"], os.path.join(args.output_dir, "latency.png"))
     print(json.dumps(results["targets"], indent=2))
     if "latency" in results:
+        from benchmarks.report import latency_table
+
+        print(latency_table(results["latency"]))  # as `--only latency` prints it
         print(json.dumps(results["latency"]["targets"], indent=2))
     print(f"wrote {json_path} and {chart_path} in {results['duration_s']} s", file=sys.stderr)
     return 0

@@ -76,11 +76,16 @@ def _rendezvous(point: str, batch_id: int, scope: str | None) -> None:
     who = hashlib.sha1((scope or "").encode()).hexdigest()[:12]
     mark = os.path.join(folder, f"{batch_id}.{who}")
     if not os.path.exists(mark):
-        with open(mark, "w") as f:
+        # Written aside, then renamed: the other parties count marks, and the last one kills
+        # the process group at once, so a mark must never be seen before its words are in it
+        # (the crash matrix once found one empty).
+        with open(f"{mark}.tmp", "w") as f:
             f.write(f"{_scope_name(scope)} {point}\n")
+        os.replace(f"{mark}.tmp", mark)
     deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
     while True:
-        here = [n for n in os.listdir(folder) if n.startswith(f"{batch_id}.")]
+        here = [n for n in os.listdir(folder)
+                if n.startswith(f"{batch_id}.") and not n.endswith(".tmp")]
         if len(here) >= int(parties):
             return
         if time.monotonic() > deadline:

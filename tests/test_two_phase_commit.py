@@ -1005,6 +1005,31 @@ def test_fault_rendezvous_waits_for_every_party_then_returns(monkeypatch, tmp_pa
     faults._rendezvous("after_decision", 5, "/c/a")  # alone: returns after the timeout
 
 
+def test_a_rendezvous_mark_is_never_seen_without_its_words(monkeypatch, tmp_path):
+    """The parties count the marks and the last one kills the process group at once: a mark
+    seen while its file is still empty (created, not yet written) made the crash matrix read
+    an empty party. Every mark another party can count already holds what it says."""
+    import builtins
+
+    monkeypatch.setenv(faults.RENDEZVOUS_ENV, f"{tmp_path}:1")
+    seen: list[str] = []
+    real_open = builtins.open
+
+    def watching_open(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        if "w" in mode and str(path).startswith(str(tmp_path)):
+            # the moment after the file exists and before anything is written in it
+            seen.extend(p.read_text() for p in tmp_path.iterdir()
+                        if p.name.startswith("7.") and not p.name.endswith(".tmp"))
+        return f
+
+    monkeypatch.setattr(builtins, "open", watching_open)
+    faults._rendezvous("after_commit", 7, "/c/a")
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert "" not in seen, "a party could count a mark that did not say who it was yet"
+    assert [p.read_text() for p in tmp_path.iterdir()] == ["a after_commit\n"]
+
+
 def test_faults_inert_without_env(monkeypatch):
     monkeypatch.delenv(faults.ENV, raising=False)
     assert faults._armed("task_fail", 0, 0) is False

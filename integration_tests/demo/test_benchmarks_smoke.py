@@ -59,14 +59,32 @@ def _get(d, path):
     return d
 
 
-@pytest.mark.timeout(300)
-def test_benchmark_runs_on_tiny_inputs(tmp_path, broker):
+#: The smoke test's latency pipelines: the floor and one exactly-once pipeline end to end (all
+#: nine take four times as long; the others run the same measuring code on other formats).
+LATENCY_PIPELINES = ("rate_noop", "driver_kafka_eos_delta_eos")
+EXACTLY_ONCE_PIPELINES = ("driver_kafka_eos_delta_eos",)
+
+
+@pytest.fixture(scope="module")
+def together(tmp_path_factory, broker) -> tuple:
+    """One `python -m benchmarks` run of the sections that share a broker and a Spark session
+    (throughput, worker memory, latency: the default `--only`), on tiny inputs, for the tests
+    of those sections: one Spark start, not two. One value size: a second one runs the same
+    code with other numbers. The output folder already holds a section measured alone
+    (`partitions`), which the run must keep. (its results.json, what it printed, the folder)"""
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers)
-    out = tmp_path / "results"
-    # The latency section has a test of its own (below). One value size: a second one runs
-    # the same code with other numbers, for a minute of the suite's time.
-    results, _ = _run_benchmarks(out, "--quick", "--only", "source,kafka,delta,memory",
-                                 "--value-sizes", "100", timeout=300, env=env)
+    out = tmp_path_factory.mktemp("bench") / "results"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"partitions": {"kept": True}}))
+    results, stdout = _run_benchmarks(
+        out, "--quick", "--only", "source,kafka,delta,memory,latency", "--value-sizes", "100",
+        "--latency-pipelines", ",".join(LATENCY_PIPELINES), timeout=600, env=env)
+    return results, stdout, out
+
+
+@pytest.mark.timeout(660)
+def test_benchmark_runs_on_tiny_inputs(together):
+    results, _, out = together
     assert (out / "chart.png").stat().st_size > 0
 
     assert results["machine"]["cores"] >= 1 and results["machine"]["librdkafka"]
@@ -142,31 +160,19 @@ def test_delta_long_run_reports_every_configuration_and_keeps_the_other_sections
     assert "| compaction off, default checkpoint interval |" in stdout
 
 
-#: The smoke test's pipelines: the floor and one exactly-once pipeline end to end (all nine
-#: take four times as long; the others run the same measuring code on other formats).
-LATENCY_PIPELINES = ("rate_noop", "driver_kafka_eos_delta_eos")
-EXACTLY_ONCE_PIPELINES = ("driver_kafka_eos_delta_eos",)
-
-
-@pytest.mark.timeout(420)
-def test_latency_section_reports_every_pipeline_and_keeps_the_other_sections(tmp_path, broker):
-    """`--only latency --quick`: 1 warm-up and 3 measured batches per pipeline. Merged into an
-    existing results.json; every pipeline has its per-batch figures, the two exactly-once ones
-    their end-to-end figures, with every record of the window seen. No timed assertions."""
-    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers)
-    out = tmp_path / "results"
-    out.mkdir()
-    (out / "results.json").write_text(json.dumps({
-        "by_value_size": {"100 B": {"kept": True}},
-        "targets": {"kafka_sink_exactly_once_vs_at_least_once[100 B]":
-                    {"value": 0.9, "target": ">= 0.85", "met": True}},
-    }))
-    results, stdout = _run_benchmarks(out, "--only", "latency", "--quick", "--latency-pipelines",
-                                      ",".join(LATENCY_PIPELINES), timeout=420, env=env)
-    assert results["by_value_size"] == {"100 B": {"kept": True}}
+@pytest.mark.timeout(660)
+def test_latency_section_reports_every_pipeline_and_keeps_the_other_sections(together):
+    """`--only ...,latency --quick`: 1 warm-up and 3 measured batches per pipeline, in the run
+    the throughput sections share. The section measured alone before (`partitions`) is kept;
+    every pipeline has its per-batch figures, the exactly-once one its end-to-end figures, with
+    every record of the window seen. No timed assertions."""
+    results, stdout, out = together
+    assert results["partitions"] == {"kept": True}
+    assert set(results["by_value_size"]) == {"100 B"}
     assert (out / "latency.png").stat().st_size > 0
     section = results["latency"]
-    assert "--only latency" in section["command"] and section["machine"]["cores"] >= 1
+    assert "--only source,kafka,delta,memory,latency" in section["command"]
+    assert section["machine"]["cores"] >= 1
     assert section["load_average"]["start"] and section["load_average"]["end"]
     assert section["measured_batches"] == 3 and section["rate_records_per_s"] == 200
     assert section["produced"] > 0 and section["produce_errors"] == 0
