@@ -17,8 +17,9 @@ its own checkpoint, their order reversed at every other count:
   each record to its input partition (a mirror);
 
 and after them, no target: `kafka-eos` into noop with `targetTasksPerBatch=2` (one task per
-core here, instead of the default 8), and the floor of any Python source: the same batches, in
-as many tasks as kafka-eos plans by default, from `bench-python-floor`, a Python source whose
+core here, instead of the default sized by the batch's records), and the floor of any Python
+source: the same batches, in as many tasks as kafka-eos's default plans for that many records
+(`sources.task_packing.default_target_tasks`), from `bench-python-floor`, a Python source whose
 tasks yield one ready-made Arrow batch each (what Spark's Python source path costs a batch,
 reading nothing; its tasks freeze their worker's objects as kafka-eos's do).
 
@@ -204,11 +205,11 @@ def prefix_of(out_topic: str) -> str:
 def _query(spark, name: str, bootstrap: str, topic: str, out: str, ckpt: str,
            max_per_trigger: int, rows: int):
     if name == FLOOR:
-        from sources.task_packing import DEFAULT_TARGET_TASKS
+        from sources.task_packing import default_target_tasks
 
         df = (spark.readStream.format("bench-python-floor").option("rows", rows)
               .option("maxOffsetsPerTrigger", max_per_trigger)
-              .option("tasks", DEFAULT_TARGET_TASKS).load())
+              .option("tasks", default_target_tasks(max_per_trigger)).load())
         return (df.writeStream.format("noop").option("checkpointLocation", ckpt)
                 .trigger(availableNow=True).start())
     source = "kafka" if name == "spark_kafka_noop" else "kafka-eos"

@@ -16,9 +16,9 @@ PIPELINES = {
     "kafka_eos_kafka_eos": "kafka-eos -> kafka-eos",
 }
 #: Reported beside them, no target, after them at each count: kafka-eos with one task per core
-#: of this machine instead of its default 8, and the same batches from a Python source that
-#: reads nothing, in as many tasks as kafka-eos plans by default (what any Python source pays
-#: per batch here).
+#: of this machine instead of its default (sized by the batch's records), and the same batches
+#: from a Python source that reads nothing, in as many tasks as kafka-eos plans by default
+#: (what any Python source pays per batch here).
 TWO_TASKS = "kafka_eos_2_tasks_noop"
 FLOOR = "python_floor_noop"
 BESIDE = {
@@ -29,7 +29,7 @@ BESIDE = {
 MOST_GROWTH = 2.0
 #: kafka-eos -> noop's per-batch p50 over format("kafka") -> noop's, at every count.
 MOST_VS_SPARK = 1.0
-#: "A few files per commit": the tasks of a batch the source plans by default
+#: "A few files per commit": at most the tasks of a batch the source plans by default
 #: (sources/task_packing.DEFAULT_TARGET_TASKS), whatever the partition count.
 MOST_FILES_PER_COMMIT = 8
 

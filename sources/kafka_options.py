@@ -17,7 +17,6 @@ from connectors.core.schema_registry.options import OPTION_PREFIX as REGISTRY_PR
 from connectors.core.schema_registry.options import RegistryOptions, registry_option_names
 from connectors.core.paths import normalise
 from sources.offsets import PartitionOffsets, parse_offsets_option
-from sources.task_packing import DEFAULT_TARGET_TASKS
 from connectors.core.kafka.format import FORMAT_NAME
 
 log = logging.getLogger(__name__)
@@ -185,9 +184,10 @@ class KafkaSourceOptions:
     read_mode: str = "tasks"
     #: kafkaRetryTimeout: every look-up and read retries transient errors under this deadline.
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
-    #: targetTasksPerBatch and maxPartitionsPerTask (None: no bound): how a batch's ranges are
-    #: packed into Spark tasks (sources/task_packing.py).
-    target_tasks: int = DEFAULT_TARGET_TASKS
+    #: targetTasksPerBatch (None, unset: sized by the batch's records) and maxPartitionsPerTask
+    #: (None: no bound): how a batch's ranges are packed into Spark tasks
+    #: (sources/task_packing.py).
+    target_tasks: int | None = None
     max_partitions_per_task: int | None = None
     #: valueFormat / keyFormat and the registry options of each side (binary: Spark's row).
     value_registry: RegistryOptions = field(
@@ -461,7 +461,7 @@ def parse_source_options(raw: dict[str, str], *, batch: bool | None) -> KafkaSou
         task_metrics_location=_task_metrics_location(opts, batch=batch),
         read_mode=read_mode,
         retry_policy=RetryPolicy.from_options(opts),
-        target_tasks=opts.get_int("targetTasksPerBatch", DEFAULT_TARGET_TASKS, minimum=1),
+        target_tasks=opts.get_int("targetTasksPerBatch", minimum=1),
         max_partitions_per_task=opts.get_int("maxPartitionsPerTask", minimum=1),
         value_registry=RegistryOptions.parse(opts, side="value"),
         key_registry=RegistryOptions.parse(opts, side="key"),

@@ -6,9 +6,13 @@ ranges with one consumer (sources/packed_reader.py), and the batch costs about a
 its data needs. As Spark packs small files into a partition (`spark.sql.files.maxPartitionBytes`
 with `minPartitionNum`), in records:
 
-* the batch gets `target_tasks` tasks, or more where its records need them: no packed task
-  holds more than `max_records_per_task` records (`maxRecordsPerPartition` when set, else
-  PACKED_TASK_RECORDS), so a large batch keeps one task per large range, as before;
+* the batch gets `target_tasks` tasks (`targetTasksPerBatch`), or more where its records need
+  them: no packed task holds more than `max_records_per_task` records (`maxRecordsPerPartition`
+  when set, else PACKED_TASK_RECORDS), so a large batch keeps one task per large range;
+* unset, `target_tasks` is sized by the batch's records (`default_target_tasks`): a task per
+  RECORDS_PER_DEFAULT_TASK records, from 1 up to DEFAULT_TARGET_TASKS, so a batch of 32
+  records over 8 partitions is one task reading them all with one consumer, not 8 tasks of 4
+  records each paying a Python task's fixed cost (docs/performance.md, "The Python floor");
 * `max_ranges_per_task` (`maxPartitionsPerTask`) bounds the ranges of one task; 1 gives one task
   per range (Spark's own Kafka source's plan);
 * the ranges are shared out largest first, each to the task with the fewest offsets so far
@@ -31,13 +35,19 @@ from collections.abc import Sequence
 
 from sources.offsets import OffsetRange
 
-#: `targetTasksPerBatch`'s default: tasks per batch when the batch's records do not need more.
+#: The most tasks `targetTasksPerBatch`'s default gives a batch when its records do not need
+#: more (below 8 x RECORDS_PER_DEFAULT_TASK records, fewer: `default_target_tasks`).
 #: PySpark's Python data source cannot see the cluster's cores (its planner runs in a Python
 #: worker with no SparkContext) and the plan must not depend on the machine that plans it
 #: (a replay elsewhere must plan the same tasks), so it is a fixed number: about two per core of
 #: a 4-core cluster, and at or above the partition count of most topics, whose plans it leaves
 #: as they were.
 DEFAULT_TARGET_TASKS = 8
+#: The records one task of the default plan reads before the batch gets another task. A Python
+#: task's fixed cost (launch, hand-over, consumer, report: some 30-60 ms on 2 loaded cores) is
+#: what a task reads in 2,500-5,000 records (12-20 us a record through Spark, docs/performance.md,
+#: "The Python floor"): splitting fewer records across tasks costs more than it parallelises.
+RECORDS_PER_DEFAULT_TASK = 5_000
 #: The most records a packed task takes when `maxRecordsPerPartition` is not set: at about
 #: 1 M records/s a task, 100,000 records cost some 100 ms, past a Python task's fixed cost, so
 #: larger batches get more tasks (parallelism) rather than fuller ones.
@@ -46,24 +56,33 @@ PACKED_TASK_RECORDS = 100_000
 Task = tuple[OffsetRange, ...]
 
 
+def default_target_tasks(records: int) -> int:
+    """`targetTasksPerBatch` unset: the tasks a batch of `records` records is packed into, one
+    per RECORDS_PER_DEFAULT_TASK (rounded up), at least 1 and at most DEFAULT_TARGET_TASKS. A
+    function of the batch's offsets only (its records are the sizes of its logged ranges), so a
+    replayed batch gets the same count wherever and whenever it is planned."""
+    return max(1, min(DEFAULT_TARGET_TASKS, math.ceil(records / RECORDS_PER_DEFAULT_TASK)))
+
+
 def pack_ranges(
     ranges: Sequence[OffsetRange],
     *,
-    target_tasks: int = DEFAULT_TARGET_TASKS,
+    target_tasks: int | None = None,
     max_ranges_per_task: int | None = None,
     max_records_per_task: int | None = None,
     min_tasks: int | None = None,
 ) -> list[Task]:
     """The batch's tasks: each a tuple of ranges in (topic, partition, offset) order, the tasks
     ordered by their first range. Every range is in exactly one task. With no more ranges than
-    tasks wanted, one task per range in the order of `ranges` (the plan before packing)."""
+    tasks wanted, one task per range in the order of `ranges` (the plan before packing).
+    `target_tasks` None: `default_target_tasks` of the ranges' records."""
     pieces = [r for r in ranges if r.size > 0]
     if not pieces:
         return []
     cap = max_records_per_task or PACKED_TASK_RECORDS
     total = sum(r.size for r in pieces)
     wanted = max(
-        target_tasks,
+        default_target_tasks(total) if target_tasks is None else target_tasks,
         min_tasks or 1,
         math.ceil(total / cap),
         math.ceil(len(pieces) / max_ranges_per_task) if max_ranges_per_task else 1,

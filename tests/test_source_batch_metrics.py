@@ -251,7 +251,8 @@ def test_a_batch_completes_when_the_next_is_planned_and_is_reported_once(
     metrics_file = tmp_path / "source.jsonl"
     monkeypatch.setenv(SOURCE_METRICS_ENV, str(metrics_file))
     reader = _reader([{A0: 100, A1: 30}], maxOffsetsPerTrigger="40",
-                     taskMetricsLocation=str(tmp_path / "m"))
+                     taskMetricsLocation=str(tmp_path / "m"),
+                     targetTasksPerBatch="2")  # a task per range, as read below
     reader._committer = _Committer()
     start = {"a": {"0": 0, "1": 0}}
     end = reader.latestOffset(start, ReadMaxRows(40))

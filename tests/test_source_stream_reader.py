@@ -436,12 +436,18 @@ def test_max_partitions_per_task_one_plans_a_task_per_range():
         (OffsetRange("lat", p, 0, 3),) for p in range(20)]
 
 
-def test_default_packing_leaves_a_few_partitions_one_task_each():
-    start = {"lat": {str(p): 0 for p in range(8)}}
-    end = {"lat": {str(p): 3 for p in range(8)}}
-    assert len(_tasks(_reader(_options(), NoBroker()), start, end)) == 8
-    start["lat"]["8"], end["lat"]["8"] = 0, 3
-    assert len(_tasks(_reader(_options(), NoBroker()), start, end)) == 8  # 9 ranges, 8 tasks
+def test_by_default_a_small_batch_is_one_task_and_a_replay_plans_it_alike():
+    """8 partitions of 4 records: one task by default (sized by the batch's records, not 8
+    tasks of 4 records), the same for a new reader replaying the logged batch; an explicit
+    targetTasksPerBatch=8 keeps the plan of the versions before (one task per range)."""
+    start = {"lat": {str(p): 10 * p for p in range(8)}}
+    end = {"lat": {str(p): 10 * p + 4 for p in range(8)}}
+    first = _tasks(_reader(_options(), NoBroker()), start, end)
+    assert first == [tuple(OffsetRange("lat", p, 10 * p, 10 * p + 4) for p in range(8))]
+    assert _tasks(_reader(_options(), NoBroker()), start, end) == first
+    assert len(_tasks(_reader(_options(targetTasksPerBatch="8"), NoBroker()), start, end)) == 8
+    end = {"lat": {str(p): 10 * p + 2_500 for p in range(8)}}  # 20,000 records: 4 tasks
+    assert len(_tasks(_reader(_options(), NoBroker()), start, end)) == 4
 
 
 @pytest.mark.parametrize("name", ["targetTasksPerBatch", "maxPartitionsPerTask"])

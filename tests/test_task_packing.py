@@ -11,6 +11,10 @@ import pytest
 from sources.offsets import OffsetRange, plan_ranges
 from sources.task_packing import DEFAULT_TARGET_TASKS, PACKED_TASK_RECORDS, pack_ranges
 
+#: The records one task of the default plan holds before the batch gets another
+#: (sources/task_packing.RECORDS_PER_DEFAULT_TASK; written out: the tests pin the rule).
+PER_DEFAULT_TASK = 5_000
+
 SEED = 31
 
 
@@ -18,7 +22,10 @@ def _ranges(sizes: list[int], topic: str = "t") -> list[OffsetRange]:
     return [OffsetRange(topic, p, 100, 100 + n) for p, n in enumerate(sizes)]
 
 
-def _check(ranges, tasks, *, target=DEFAULT_TARGET_TASKS, per_task=None, cap=None, min_tasks=None):
+def _check(ranges, tasks, *, target=None, per_task=None, cap=None, min_tasks=None):
+    if target is None:  # the default: sized by the batch's records
+        records = sum(r.size for r in ranges)
+        target = max(1, min(DEFAULT_TARGET_TASKS, -(-records // PER_DEFAULT_TASK)))
     flat = [r for t in tasks for r in t]
     wanted = sorted(r for r in ranges if r.size)
     assert sorted(flat) == wanted, "every non-empty range exactly once"
@@ -36,14 +43,61 @@ def _check(ranges, tasks, *, target=DEFAULT_TARGET_TASKS, per_task=None, cap=Non
 
 def test_no_more_ranges_than_tasks_wanted_is_one_task_per_range_as_before():
     ranges = _ranges([5, 0, 7, 3])
-    assert pack_ranges(ranges) == [(r,) for r in ranges if r.size]
+    assert pack_ranges(ranges, target_tasks=4) == [(r,) for r in ranges if r.size]
     assert pack_ranges([]) == []
+
+
+def test_by_default_a_small_batch_is_one_task_not_one_per_partition():
+    """The small-batch row: 8 partitions of 4 records a batch were 8 Python tasks on 2 cores
+    (each some tens of ms of fixed cost for 4 records). By default the batch's records size
+    its tasks: 32 records are one task reading the 8 ranges with one consumer."""
+    ranges = _ranges([4] * 8)
+    assert pack_ranges(ranges) == [tuple(ranges)]
+    assert pack_ranges(_ranges([4] * 1000)) == [tuple(_ranges([4] * 1000))]
+    # 8 partitions of 2,500 records: 20,000 records, 4 tasks of 2 ranges.
+    tasks = pack_ranges(_ranges([2_500] * 8))
+    assert [len(t) for t in tasks] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("records, tasks", [
+    (1, 1), (32, 1), (PER_DEFAULT_TASK, 1), (PER_DEFAULT_TASK + 1, 2),
+    (3 * PER_DEFAULT_TASK, 3), (8 * PER_DEFAULT_TASK, 8), (10**6, 10),
+])
+def test_the_default_gives_a_task_per_few_thousand_records_up_to_the_target(records, tasks):
+    """One task per PER_DEFAULT_TASK records (rounded up), at most DEFAULT_TARGET_TASKS,
+    unless the records cap needs more (10**6 records: 10 tasks of 100,000)."""
+    ranges = [OffsetRange("t", p, 0, records // 1000 + (1 if p < records % 1000 else 0))
+              for p in range(1000)]
+    planned = pack_ranges(ranges)
+    _check(ranges, planned)
+    assert len(planned) == tasks
+
+
+def test_an_explicit_target_keeps_its_plan_whatever_the_records():
+    """targetTasksPerBatch set (8, the former default): the plan of the previous versions, as
+    a query restarted across the upgrade with a batch to replay needs (docs/source.md)."""
+    ranges = _ranges([4] * 8)
+    assert pack_ranges(ranges, target_tasks=8) == [(r,) for r in ranges]
+    assert len(pack_ranges(_ranges([4] * 1000), target_tasks=8)) == 8
+
+
+def test_the_default_plan_depends_on_the_ranges_only():
+    """Deterministic on replay: the records counted are the ranges' offsets (the batch's logged
+    offsets), never what a broker holds, so the same ranges in any order plan the same tasks."""
+    rng = random.Random(SEED)
+    for sizes in ([4] * 8, [1, 2, 3] * 300, [7_000, 3, 9, 2_500, 2_500, 0, 14]):
+        ranges = sorted(_ranges(sizes))
+        tasks = pack_ranges(ranges)
+        for _ in range(5):
+            shuffled = list(ranges)
+            rng.shuffle(shuffled)
+            assert pack_ranges(shuffled) == tasks
 
 
 def test_a_thousand_small_ranges_become_the_target_count_balanced_by_offsets():
     """The case packing is for: 1,000 partitions of 4 records a batch, one task each before."""
     ranges = _ranges([4] * 1000)
-    tasks = pack_ranges(ranges)
+    tasks = pack_ranges(ranges, target_tasks=DEFAULT_TARGET_TASKS)
     _check(ranges, tasks)
     assert len(tasks) == DEFAULT_TARGET_TASKS
     assert {sum(r.size for r in t) for t in tasks} == {500}
@@ -108,7 +162,7 @@ def test_cover_bounds_and_determinism_property(seed):
             for t in range(topics) for p in range(rng.randint(1, 60))
             for lo in [rng.randint(0, 10**6)]
         ]
-        target = rng.choice([1, 2, 8, 64])
+        target = rng.choice([None, 1, 2, 8, 64])
         per_task = rng.choice([None, 1, 3, 100])
         cap = rng.choice([None, 10, 5_000])
         min_tasks = rng.choice([None, 1, 17])

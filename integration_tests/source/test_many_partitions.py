@@ -20,7 +20,7 @@ from integration_tests.support.delta_oracle import assert_exactly_once
 from integration_tests.support.kafka_data import create_topic, produce, unique_topic
 from integration_tests.support.streaming import all_records, parquet_batch_writer, read_batches, run_to_end
 from sources.batch_metrics import SOURCE_METRICS_ENV
-from sources.task_packing import DEFAULT_TARGET_TASKS
+from sources.task_packing import default_target_tasks
 
 PARTITIONS, PER_PARTITION = 1000, 4
 #: The INFO line (the summary) and the metrics file's line (with the bounded detail), at most.
@@ -84,7 +84,8 @@ def test_every_record_once_in_few_tasks_with_a_small_metrics_line(spark, bootstr
     for batch_id, line in lines.items():
         assert line["rows"] == len(batches[batch_id]) == 1000
         assert line["partitions_read"] == PARTITIONS
-        assert line["tasks"] == DEFAULT_TARGET_TASKS  # 1,000 ranges packed: not 1,000 tasks
+        # 1,000 ranges packed, the tasks sized by the batch's records: 1, not 1,000 tasks
+        assert line["tasks"] == default_target_tasks(line["offsets"]) == 1
         assert line["tasks_without_report"] == 0
         summary = {k: v for k, v in line.items() if k not in DETAIL_KEYS}
         assert len(json.dumps(summary)) < SUMMARY_BYTES
@@ -127,5 +128,5 @@ def test_driver_read_mode_and_a_batch_read_at_a_thousand_partitions(spark, boots
 
     df = (spark.read.format("kafka-eos").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", topic).load())
-    assert df.rdd.getNumPartitions() == DEFAULT_TARGET_TASKS
+    assert df.rdd.getNumPartitions() == default_target_tasks(len(expected))
     assert df.count() == len(expected)
