@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 from connectors.core.paths import Location, resolve_location
 from sinks import query_identity
 from sinks.txn_log import LOG_DIR
-from sources.offsets import TOPIC_IDS_KEY
+from sources.offsets import PLAN_KEY, TOPIC_IDS_KEY
 
 
 class NotACheckpoint(ValueError):
@@ -165,7 +165,8 @@ def _source_offsets(line: str) -> SourceOffsets:
     except ValueError:
         return SourceOffsets(None, line)
     if isinstance(doc, dict):
-        doc = {k: v for k, v in doc.items() if k != TOPIC_IDS_KEY}  # kafka-eos's topic ids
+        # kafka-eos's topic ids and task plan
+        doc = {k: v for k, v in doc.items() if k not in (TOPIC_IDS_KEY, PLAN_KEY)}
     if isinstance(doc, dict) and doc and all(
         isinstance(parts, dict) and all(
             str(p).lstrip("-").isdigit() and isinstance(o, int) for p, o in parts.items())

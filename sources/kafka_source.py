@@ -38,7 +38,7 @@ from sources.range_reader import DataLossError
 from sources.registry_columns import RegistryColumns
 from sources.offset_lookup import OffsetLookup, report_data_loss
 from sources.task_metrics import ReportDirs, TaskTally
-from sources.task_packing import pack_ranges
+from sources.task_packing import LEGACY_TARGET_TASKS, pack_ranges
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +105,17 @@ def _key(end: off.PartitionOffsets) -> str:
 
 
 def _plan(options: KafkaSourceOptions, start: off.PartitionOffsets,
-          end: off.PartitionOffsets) -> list[KafkaInputPartition]:
+          end: off.PartitionOffsets, plan: int = off.RECORDS_SIZED_PLAN,
+          ) -> list[KafkaInputPartition]:
     """The batch's Spark tasks: its ranges, split where large (minPartitions,
     maxRecordsPerPartition), then packed where small (targetTasksPerBatch,
-    maxPartitionsPerTask). A function of the offsets and the options only, so a replayed batch
-    gets the same tasks, each with the same ranges (sources/task_packing.py)."""
+    maxPartitionsPerTask). A function of the logged offsets and the options only, so a
+    replayed batch gets the same tasks, each with the same ranges (sources/task_packing.py).
+    `plan`: the end offsets' (offsets.plan_from_json); a batch an older version logged keeps
+    that version's default of 8 tasks."""
+    target = options.target_tasks
+    if target is None and plan == off.LEGACY_PLAN:
+        target = LEGACY_TARGET_TASKS
     ranges = off.plan_ranges(
         start,
         end,
@@ -118,7 +124,7 @@ def _plan(options: KafkaSourceOptions, start: off.PartitionOffsets,
     )
     tasks = pack_ranges(
         ranges,
-        target_tasks=options.target_tasks,
+        target_tasks=target,
         max_ranges_per_task=options.max_partitions_per_task,
         max_records_per_task=options.max_records_per_partition,
         min_tasks=options.min_partitions,
@@ -239,7 +245,8 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
             # No new batch. `start` as it was, so that ids recorded for the first time (offsets
             # JSON of an older version) or a failed id look-up never make a batch of nothing.
             return dict(start)
-        return off.to_json(end, off.carried_ids(recorded, ids, (t for t, _ in end)))
+        return off.to_json(end, off.carried_ids(recorded, ids, (t for t, _ in end)),
+                           plan=off.RECORDS_SIZED_PLAN)
 
     def _renew_recreated(
         self, begin: off.PartitionOffsets, recorded: off.TopicIds, ids: off.TopicIds
@@ -366,7 +373,7 @@ class KafkaStreamReader(_UsesBroker, DataSourceStreamReader, SupportsTriggerAvai
             # A batch logged by an earlier run, replayed now: if a topic was recreated since,
             # its logged offsets name records of a topic that is gone.
             begin, stop = self._without_topics_recreated_since(begin, stop, end_ids)
-        plan = _plan(self.options, begin, stop)
+        plan = _plan(self.options, begin, stop, off.plan_from_json(end))
         report_dir = self._report_dir(stop)
         if report_dir is not None:
             for p in plan:

@@ -29,6 +29,16 @@ TopicIds = dict[str, str]
 
 #: The offsets JSON key of the topic ids. `@` cannot occur in a Kafka topic name.
 TOPIC_IDS_KEY = "@topicIds"
+#: The offsets JSON key of how a batch's tasks are planned (sources/task_packing.py), in the end
+#: offsets of each batch this version logs. A batch logged without it (by a version before the
+#: records-sized default) is replayed with the plan it was first run with: the exactly-once
+#: sinks decide per (batch, Spark partition), so a replay must put the same ranges in the same
+#: tasks as the run that prepared them.
+PLAN_KEY = "@plan"
+#: `targetTasksPerBatch` unset: tasks sized by the batch's records (default_target_tasks).
+RECORDS_SIZED_PLAN = 2
+#: The plan of an end offset without PLAN_KEY: targetTasksPerBatch unset meant 8 tasks.
+LEGACY_PLAN = 1
 
 #: Sentinels inside a startingOffsets / endingOffsets JSON, as in Spark's Kafka source.
 EARLIEST = -2
@@ -51,15 +61,18 @@ class OffsetRange:
 
 
 def to_json(offsets: Mapping[TopicPartition, int],
-            ids: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+            ids: Mapping[str, str] | None = None, plan: int | None = None) -> dict[str, Any]:
     """Spark's Kafka offsets JSON; with `ids`, the ids of the topics in `offsets` under
-    TOPIC_IDS_KEY (last; left out when none is known)."""
-    out: dict[str, dict[str, Any]] = {}
+    TOPIC_IDS_KEY (left out when none is known); with `plan`, a batch's end: how its tasks are
+    planned, under PLAN_KEY (last)."""
+    out: dict[str, Any] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
     known = {t: str(ids[t]) for t in sorted(out) if ids and ids.get(t)}
     if known:
         out[TOPIC_IDS_KEY] = known
+    if plan is not None:
+        out[PLAN_KEY] = plan
     return out
 
 
@@ -69,9 +82,16 @@ def from_json(doc: Mapping[str, Any]) -> PartitionOffsets:
     return {
         (topic, int(p)): int(off)
         for topic, parts in doc.items()
-        if topic != TOPIC_IDS_KEY
+        if topic not in (TOPIC_IDS_KEY, PLAN_KEY)
         for p, off in parts.items()
     }
+
+
+def plan_from_json(doc: Mapping[str, Any]) -> int:
+    """How the batch ending at `doc` plans its tasks: LEGACY_PLAN for an end offset logged
+    without PLAN_KEY (an older version's)."""
+    plan = doc.get(PLAN_KEY)
+    return plan if isinstance(plan, int) else LEGACY_PLAN
 
 
 def ids_from_json(doc: Mapping[str, Any]) -> TopicIds:

@@ -48,6 +48,10 @@ DEFAULT_TARGET_TASKS = 8
 #: what a task reads in 2,500-5,000 records (12-20 us a record through Spark, docs/performance.md,
 #: "The Python floor"): splitting fewer records across tasks costs more than it parallelises.
 RECORDS_PER_DEFAULT_TASK = 5_000
+#: `targetTasksPerBatch`'s default before the records-sized one: still the plan of a batch an
+#: older version logged (its end offsets have no plan, sources/offsets.py's PLAN_KEY), so that
+#: a replay after an upgrade plans the tasks the first run prepared.
+LEGACY_TARGET_TASKS = 8
 #: The most records a packed task takes when `maxRecordsPerPartition` is not set: at about
 #: 1 M records/s a task, 100,000 records cost some 100 ms, past a Python task's fixed cost, so
 #: larger batches get more tasks (parallelism) rather than fuller ones.

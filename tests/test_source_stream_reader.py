@@ -76,7 +76,7 @@ def test_latest_that_went_back_once_is_fetched_again():
     """Seen on the embedded broker with a producer running: 338, then 328, then 340."""
     lookup = ScriptedLookup(_options(), [{P0: 328}, {P0: 340}])
     end = _reader(lookup.options, lookup).latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
-    assert end == {"lat": {"0": 340}}
+    assert end == {"lat": {"0": 340}, "@plan": 2}
     assert lookup.latest_calls == 2
 
 
@@ -84,7 +84,7 @@ def test_latest_that_went_back_is_fetched_again_under_a_read_limit():
     opts = _options(maxOffsetsPerTrigger="5")
     lookup = ScriptedLookup(opts, [{P0: 328}, {P0: 328}, {P0: 350}])
     end = _reader(opts, lookup).latestOffset({"lat": {"0": 338}}, ReadMaxRows(5))
-    assert end == {"lat": {"0": 343}}
+    assert end == {"lat": {"0": 343}, "@plan": 2}
     assert lookup.latest_calls == 3
 
 
@@ -108,7 +108,7 @@ def test_latest_that_stays_back_without_fail_on_data_loss_rereads_from_earliest(
     opts = _options(failOnDataLoss="false", **{"fetchOffset.retryIntervalMs": "0"})
     lookup = ScriptedLookup(opts, [{P0: 328}])
     end = _reader(opts, lookup).latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
-    assert end == {"lat": {"0": 328}}
+    assert end == {"lat": {"0": 328}, "@plan": 2}
     assert lookup.latest_calls == 4
     assert "went back from 338 to 328" in caplog.text
 
@@ -118,7 +118,7 @@ def test_latest_that_did_not_go_back_is_fetched_once():
     end = _reader(lookup.options, lookup).latestOffset(
         {"lat": {"0": 300, "1": 7}}, ReadAllAvailable()
     )
-    assert end == {"lat": {"0": 338, "1": 7}}
+    assert end == {"lat": {"0": 338, "1": 7}, "@plan": 2}
     assert lookup.latest_calls == 1
 
 
@@ -127,8 +127,8 @@ def test_trigger_available_now_target_that_went_back_is_fetched_again():
     reader = _reader(lookup.options, lookup)
     reader.prepareForTriggerAvailableNow()
     end = reader.latestOffset({"lat": {"0": 338}}, ReadAllAvailable())
-    assert end == {"lat": {"0": 345}}
-    assert reader.latestOffset({"lat": {"0": 345}}, ReadAllAvailable()) == end  # target kept
+    assert end == {"lat": {"0": 345}, "@plan": 2}
+    assert reader.latestOffset(end, ReadAllAvailable()) == end  # target kept
 
 
 def test_trigger_available_now_reads_to_its_target_whatever_min_offsets_per_trigger():
@@ -139,7 +139,7 @@ def test_trigger_available_now_reads_to_its_target_whatever_min_offsets_per_trig
     lookup = ScriptedLookup(opts, [{P0: 30}])
     reader = _reader(opts, lookup)
     reader.prepareForTriggerAvailableNow()
-    assert reader.latestOffset({"lat": {"0": 0}}, ReadMinRows(1000)) == {"lat": {"0": 30}}
+    assert reader.latestOffset({"lat": {"0": 0}}, ReadMinRows(1000)) == {"lat": {"0": 30}, "@plan": 2}
     # without Trigger.AvailableNow the batch still waits for 1000 records (or the delay)
     other = _reader(opts, ScriptedLookup(opts, [{P0: 30}]))
     assert other.latestOffset({"lat": {"0": 0}}, ReadMinRows(1000)) == {"lat": {"0": 0}}
@@ -441,13 +441,36 @@ def test_by_default_a_small_batch_is_one_task_and_a_replay_plans_it_alike():
     tasks of 4 records), the same for a new reader replaying the logged batch; an explicit
     targetTasksPerBatch=8 keeps the plan of the versions before (one task per range)."""
     start = {"lat": {str(p): 10 * p for p in range(8)}}
-    end = {"lat": {str(p): 10 * p + 4 for p in range(8)}}
+    end = {"lat": {str(p): 10 * p + 4 for p in range(8)}, "@plan": 2}
     first = _tasks(_reader(_options(), NoBroker()), start, end)
     assert first == [tuple(OffsetRange("lat", p, 10 * p, 10 * p + 4) for p in range(8))]
     assert _tasks(_reader(_options(), NoBroker()), start, end) == first
     assert len(_tasks(_reader(_options(targetTasksPerBatch="8"), NoBroker()), start, end)) == 8
-    end = {"lat": {str(p): 10 * p + 2_500 for p in range(8)}}  # 20,000 records: 4 tasks
+    end = {"lat": {str(p): 10 * p + 2_500 for p in range(8)}, "@plan": 2}  # 20,000: 4 tasks
     assert len(_tasks(_reader(_options(), NoBroker()), start, end)) == 4
+
+
+def test_the_end_offsets_this_version_logs_name_their_plan():
+    """Every batch's end carries how its tasks are planned, so that a later version replays
+    it as it was first run."""
+    lookup = ScriptedLookup(_options(), [{("lat", 0): 40, ("lat", 1): 40}])
+    end = _reader(lookup.options, lookup).latestOffset({"lat": {"0": 0, "1": 0}},
+                                                       ReadAllAvailable())
+    assert end["@plan"] == 2 and end["lat"] == {"0": 40, "1": 40}
+
+
+def test_a_batch_an_older_version_logged_is_replayed_with_its_plan():
+    """An upgrade across a crash: the older version logged this batch's offsets (no plan in
+    them) and prepared one transaction per range's task (its default: 8 tasks). The replay
+    must plan the same 8 tasks, or the sinks' per-(batch, Spark partition) decisions would meet
+    other ranges under the same index: a range skipped as already written, or written twice."""
+    start = {"lat": {str(p): 10 * p for p in range(8)}}
+    logged_before = {"lat": {str(p): 10 * p + 4 for p in range(8)}}
+    assert _tasks(_reader(_options(), NoBroker()), start, logged_before) == [
+        (OffsetRange("lat", p, 10 * p, 10 * p + 4),) for p in range(8)]
+    # an explicit targetTasksPerBatch is the plan, whoever logged the batch
+    assert len(_tasks(_reader(_options(targetTasksPerBatch="2"), NoBroker()), start,
+                      logged_before)) == 2
 
 
 @pytest.mark.parametrize("name", ["targetTasksPerBatch", "maxPartitionsPerTask"])

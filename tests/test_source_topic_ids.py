@@ -66,6 +66,10 @@ def test_replay_start_reads_a_recreated_topic_from_zero():
 # --------------------------------------------------------------------------- each batch
 
 
+#: What this version logs in each batch's end offsets besides the offsets and the ids.
+PLAN = {off.PLAN_KEY: off.RECORDS_SIZED_PLAN}
+
+
 def _with_ids(start: dict, ids: dict) -> dict:
     return json.loads(json.dumps(off.to_json(off.from_json(start), ids)))
 
@@ -74,7 +78,7 @@ def test_old_format_start_gets_ids_recorded_from_the_next_batch_on():
     lookup = ScriptedLookup(_options(), [{P0: 20}])
     lookup.ids = {"lat": OLD}
     end = _reader(lookup.options, lookup).latestOffset({"lat": {"0": 10}}, ReadAllAvailable())
-    assert end == {"lat": {"0": 20}, off.TOPIC_IDS_KEY: {"lat": OLD}}
+    assert end == {"lat": {"0": 20}, off.TOPIC_IDS_KEY: {"lat": OLD}, **PLAN}
 
 
 def test_no_new_records_leaves_an_old_format_start_as_it_is():
@@ -92,7 +96,7 @@ def test_same_id_reads_on():
     reader = _reader(lookup.options, lookup)
     start = _with_ids({"lat": {"0": 10}}, {"lat": OLD})
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert end == {"lat": {"0": 30}, off.TOPIC_IDS_KEY: {"lat": OLD}}
+    assert end == {"lat": {"0": 30}, off.TOPIC_IDS_KEY: {"lat": OLD}, **PLAN}
     assert [r for p in reader.partitions(start, end) for r in p.ranges] == [OffsetRange("lat", 0, 10, 30)]
     assert lookup.id_lookups == 1  # one look-up per batch, none to plan it
 
@@ -103,8 +107,8 @@ def test_failed_id_look_up_keeps_the_recorded_id_and_the_json_stable():
     start = _with_ids({"lat": {"0": 10}}, {"lat": OLD})
     assert reader.latestOffset(start, ReadAllAvailable()) == start
     lookup.highs = [{P0: 12}]
-    assert reader.latestOffset(start, ReadAllAvailable()) == _with_ids({"lat": {"0": 12}},
-                                                                       {"lat": OLD})
+    assert reader.latestOffset(start, ReadAllAvailable()) == {
+        **_with_ids({"lat": {"0": 12}}, {"lat": OLD}), **PLAN}
 
 
 def test_recreated_topic_past_the_old_offsets_fails_naming_topic_and_ids():
@@ -130,7 +134,7 @@ def test_recreated_topic_without_fail_on_data_loss_is_read_from_its_start(caplog
     start = _with_ids({"lat": {"0": 10, "1": 10}}, {"lat": OLD})
     with caplog.at_level(logging.WARNING):
         end = reader.latestOffset(start, limit)
-    assert end == {"lat": {"0": 25, "1": 25}, off.TOPIC_IDS_KEY: {"lat": NEW}}
+    assert end == {"lat": {"0": 25, "1": 25}, off.TOPIC_IDS_KEY: {"lat": NEW}, **PLAN}
     assert lookup.latest_calls == 1  # no "went back" look-ups: the topic is known to be new
     assert "lat-0: 10, lat-1: 10" in caplog.text and OLD in caplog.text and NEW in caplog.text
     plan = [r for p in reader.partitions(start, end) for r in p.ranges]
@@ -143,7 +147,7 @@ def test_recreated_topic_with_fewer_records_is_reported_once_as_recreated():
     lookup.ids = {"lat": NEW}
     end = _reader(opts, lookup).latestOffset(_with_ids({"lat": {"0": 10}}, {"lat": OLD}),
                                                ReadAllAvailable())
-    assert end == {"lat": {"0": 3}, off.TOPIC_IDS_KEY: {"lat": NEW}}
+    assert end == {"lat": {"0": 3}, off.TOPIC_IDS_KEY: {"lat": NEW}, **PLAN}
     assert lookup.latest_calls == 1
 
 
@@ -153,7 +157,7 @@ def test_recreated_topic_with_no_records_yet_still_records_the_new_id():
     lookup.ids = {"lat": NEW}
     start = _with_ids({"lat": {"0": 0}}, {"lat": OLD})
     end = _reader(opts, lookup).latestOffset(start, ReadAllAvailable())
-    assert end == {"lat": {"0": 0}, off.TOPIC_IDS_KEY: {"lat": NEW}}  # not warned again next time
+    assert end == {"lat": {"0": 0}, off.TOPIC_IDS_KEY: {"lat": NEW}, **PLAN}  # not warned again next time
 
 
 # --------------------------------------------------------------------------- planning
@@ -208,7 +212,7 @@ def test_replayed_batch_of_a_topic_recreated_since_reads_nothing_of_it(fail_on_d
 
     assert _key(off.from_json(end)) in reader._planned  # its metrics line when it completes
     nxt = reader.latestOffset(end, ReadAllAvailable())
-    assert nxt == {"b": {"0": 9}, "lat": {"0": 30}, off.TOPIC_IDS_KEY: {"b": OLD, "lat": NEW}}
+    assert nxt == {"b": {"0": 9}, "lat": {"0": 30}, off.TOPIC_IDS_KEY: {"b": OLD, "lat": NEW}, **PLAN}
     assert [r for p in reader.partitions(end, nxt) for r in p.ranges] == [OffsetRange("lat", 0, 0, 30)]
 
 
