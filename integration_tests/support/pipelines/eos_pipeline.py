@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from sinks.faults import ENV, PGID_ENV, RENDEZVOUS_ENV
 
@@ -182,7 +183,25 @@ def start(args: argparse.Namespace):
     return query
 
 
-running = [start(q) for q in queries]
+def wait_source_up(query, timeout_s: float = 120) -> None:
+    """Until the query's source has answered (its status past "Initializing sources" and the
+    first offsets). Spark starts each query's Python source runner as a simple worker and gives
+    it a fixed 10 s to connect back (PythonWorkerFactory); five queries starting at once on two
+    loaded cores, beside a 3-node cluster starting, missed it twice ("Python worker failed to
+    connect back"): the queries of one application start one after the other's source is up."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and time.monotonic() < deadline:
+        message = query.status["message"]
+        if message != "Initializing sources" and not message.startswith("Getting offsets"):
+            return
+        time.sleep(0.2)
+
+
+running = []
+for q in queries:
+    if running:
+        wait_source_up(running[-1])
+    running.append(start(q))
 for query in running:
     query.awaitTermination()
 spark.stop()
