@@ -76,6 +76,9 @@ def connect_session(spec: dict) -> dict:
                 .option("subscribe", spec["in_topic"])
                 .option("startingOffsets", "earliest")
                 .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER))
+                # a task per partition: the fault fails batch 1's task 1 (the default would
+                # plan a batch of 50 records as one task)
+                .option("targetTasksPerBatch", "8")
                 .load())
 
     delta = (source().selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",

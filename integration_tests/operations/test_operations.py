@@ -34,6 +34,10 @@ from tests.test_handle_kinds import without_kinds
 PIPELINE = "integration_tests.support.pipelines.eos_pipeline"
 PARTITIONS, PER_PARTITION = 3, 100  # 50 offsets per trigger: 6 batches
 KILLED_BATCH = 2
+#: A task per input partition, as the plan of the versions before the records-sized default: a
+#: batch of 50 records would be one task, and these tests inspect and resolve a batch that
+#: prepared several handles, one per Spark partition.
+PLAN = ("--source-option", "targetTasksPerBatch=8")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -132,7 +136,7 @@ def test_kafka_inspect_then_resolve_a_decided_batch_then_restart(bootstrap, tmp_
     expected = produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
     checkpoint, log = str(tmp_path / "ckpt"), str(tmp_path / "pipeline.log")
     args = ["--bootstrap", bootstrap, "--topic", topic, "--checkpoint", checkpoint,
-            "--out-topic", out]
+            "--out-topic", out, *PLAN]
     kill_at("after_decision", args, log)
 
     report = inspect_json(checkpoint)
@@ -179,7 +183,7 @@ def test_delta_inspect_then_resolve_a_decided_batch_then_restart(bootstrap, tmp_
     checkpoint, table = str(tmp_path / "ckpt"), str(tmp_path / "table")
     log = str(tmp_path / "pipeline.log")
     args = ["--bootstrap", bootstrap, "--topic", topic, "--checkpoint", checkpoint,
-            "--table", table, "--sink-option", "orphanFileRetention=0s"]
+            "--table", table, "--sink-option", "orphanFileRetention=0s", *PLAN]
     kill_at("after_decision", args, log)
 
     report = inspect_json(checkpoint)
@@ -223,7 +227,7 @@ def test_postgres_inspect_then_resolve_an_undecided_batch_then_restart(postgres,
     table = f"ops_{topic.replace('-', '_')}"
     checkpoint, log = str(tmp_path / "ckpt"), str(tmp_path / "pipeline.log")
     args = ["--bootstrap", bootstrap, "--topic", topic, "--checkpoint", checkpoint,
-            "--pg-table", table]
+            "--pg-table", table, *PLAN]
     env = {"EOS_PG_URL": postgres.url()}
     kill_at("after_precommit", args, log, env)
     assert without_kinds(checkpoint, KILLED_BATCH) == PARTITIONS  # prepared, not decided

@@ -216,6 +216,9 @@ def kafka_interop(spark, spec: dict, workdir: Path) -> dict:
         .option("subscribe", spec["in_topic"])
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(spec["max_offsets_per_trigger"]))
+        # a task per partition: the fault fails batch 1's task 1 (the default would plan a
+        # small batch as one task)
+        .option("targetTasksPerBatch", "8")
         .load()
         .selectExpr("key", "value")
         .writeStream.format("kafka-eos")
