@@ -22,8 +22,8 @@ def source(spark, bootstrap):
     create_topic(bootstrap, topic, 2)
     expected = produce(bootstrap, topic, 2, 40)
 
-    def frame(max_per_trigger: str = "30"):
-        return earliest_stream(spark, bootstrap, topic, max_per_trigger)
+    def frame(max_per_trigger: str = "30", **options: str):
+        return earliest_stream(spark, bootstrap, topic, max_per_trigger, **options)
 
     return frame, expected
 
@@ -238,7 +238,8 @@ def test_too_few_prepared_transaction_slots_fail_the_query_naming_both_numbers(s
     frame, _ = source
     table = _table()
     with postgres_server(max_prepared_transactions=1) as server:
-        df = _basic(frame)
+        # a task per source partition (the default plans a batch of 30 records as one task)
+        df = _basic(lambda: frame(targetTasksPerBatch="8"))
         with pytest.raises(Exception, match="max_prepared_transactions = 1") as info:
             _run(df, tmp_path, server.url(), table=table)
         text = str(info.value)

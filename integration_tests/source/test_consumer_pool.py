@@ -124,8 +124,11 @@ def test_streaming_batches_reuse_their_workers_consumers(spark, bootstrap, tmp_p
     create_topic(bootstrap, topic, 2)
     expected = produce(bootstrap, topic, 2, 120)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    # a task per partition (the default plans a batch of 40 records as one task): each of the
+    # two partitions' consumers is reused by its worker from batch to batch
     opts = stream_options(bootstrap, subscribe=topic, startingOffsets="earliest",
-                          maxOffsetsPerTrigger="40", groupIdPrefix=topic)
+                          maxOffsetsPerTrigger="40", groupIdPrefix=topic,
+                          targetTasksPerBatch="8")
 
     def write(batch_df, batch_id):
         (batch_df.select("topic", "partition", "offset", "key", "value")

@@ -77,13 +77,16 @@ def stream_options(bootstrap: str, **options: str) -> dict[str, str]:
     return {"kafka.bootstrap.servers": bootstrap, **options}
 
 
-def earliest_stream(spark, bootstrap: str, topic: str, max_per_trigger: str = "30"):
-    """A `kafka-eos` stream of `topic` from the start, `max_per_trigger` records a batch."""
+def earliest_stream(spark, bootstrap: str, topic: str, max_per_trigger: str = "30",
+                    **options: str):
+    """A `kafka-eos` stream of `topic` from the start, `max_per_trigger` records a batch;
+    `options`: more source options (e.g. `targetTasksPerBatch`)."""
     return (
         spark.readStream.format("kafka-eos")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", max_per_trigger)
+        .options(**options)
         .load()
     )
