@@ -23,8 +23,11 @@ PARTITIONS = 3
 
 
 def _hop(bootstrap: str, source: str, out: str, checkpoint: str) -> list[str]:
+    # a task per partition, in every run of the checkpoint: after_some_commits needs a batch of
+    # several transactions, and the default plans a batch of 40 records as one task
     return ["--bootstrap", bootstrap, "--topic", source, "--out-topic", out,
-            "--checkpoint", checkpoint, "--max-per-trigger", "40"]
+            "--checkpoint", checkpoint, "--max-per-trigger", "40",
+            "--source-option", "targetTasksPerBatch=8"]
 
 
 def _killed(args: list[str], log: str, point: str) -> None:

@@ -54,7 +54,10 @@ def _lane(b: SecuredBroker, tmp_path, name: str) -> dict:
     variable = f"EOS_KAFKA_OPTIONS_{name.upper()}"
     args = ["--bootstrap", b.bootstrap_servers, "--topic", topic,
             "--checkpoint", str(tmp_path / name), "--out-topic", out, "--max-per-trigger", "20",
-            "--kafka-options-env", variable]
+            "--kafka-options-env", variable,
+            # a task per partition, in every run of the checkpoint: after_some_commits needs a
+            # batch of several transactions, and the default plans a small batch as one task
+            "--source-option", "targetTasksPerBatch=8"]
     return {"name": name, "broker": b, "expected": expected, "out": out, "args": args,
             "env": {variable: json.dumps(b.options())}}
 

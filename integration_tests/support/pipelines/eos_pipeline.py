@@ -135,7 +135,7 @@ def start(args: argparse.Namespace):
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", args.max_per_trigger)
         .option("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms)
-        .options(**several_tasks(args.source_option))
+        .options(**dict(item.partition("=")[::2] for item in args.source_option))
         .load()
     )
     # The table sinks get one row per record, with its source position for the oracles; or, with
@@ -181,21 +181,6 @@ def start(args: argparse.Namespace):
     else:
         query = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds").start()
     return query
-
-
-def several_tasks(source_options: list[str]) -> dict[str, str]:
-    """The source options, with `targetTasksPerBatch=8` (the plan of the versions before the
-    records-sized default) when the faults name a Spark partition (`point@batch/partition`)
-    or `after_some_commits` and the test set no plan: those faults need a batch of several
-    tasks (several transactions), which the default gives a small test batch no more (one task
-    per 5,000 records)."""
-    options = dict(item.partition("=")[::2] for item in source_options)
-    spec = os.environ.get(ENV, "")
-    needs = "after_some_commits" in spec or any(
-        "/" in item.partition("@")[2] for item in spec.split(","))
-    if needs and not any(k.lower() == "targettasksperbatch" for k in options):
-        options["targetTasksPerBatch"] = "8"
-    return options
 
 
 def wait_source_up(query, timeout_s: float = 120) -> None:
