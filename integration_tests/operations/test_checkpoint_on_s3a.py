@@ -108,7 +108,7 @@ def observed(request, tmp_path_factory) -> dict:
     try:
         s3a_jars()  # fetched here, once, so that a failure says what is missing
     except S3AUnavailable as e:
-        pytest.skip(f"Hadoop's S3A connector cannot be fetched or used here: {e}")
+        pytest.skip(f"Hadoop's S3A connector cannot be fetched here (Java, Maven Central): {e}")
     work = tmp_path_factory.mktemp("s3a-checkpoint")
     with s3_server(set_env=False) as s3:
         bucket = s3.create_bucket()

@@ -88,10 +88,12 @@ def s3a_jars() -> list[Path]:
     """The jars a PySpark session needs for `s3a://`: hadoop-aws and the AWS SDK modules it
     loads, less the artifacts PySpark already ships (a second netty or httpclient on the class
     path would only be shadowed by Spark's, or clash). Fetched once (`S3AUnavailable` naming
-    the resolvers' errors when Maven Central cannot be reached)."""
+    the resolvers' errors when Maven Central cannot be reached; a RuntimeError when this
+    module's Hadoop version is not PySpark's)."""
     shipped_hadoop = pyspark_hadoop_version()
     if shipped_hadoop != HADOOP_VERSION:
-        raise S3AUnavailable(
+        # the project's pins out of step with PySpark: a failure to mend, never a skip
+        raise RuntimeError(
             f"hadoop-aws {HADOOP_VERSION} needs PySpark's Hadoop client {HADOOP_VERSION}, and "
             f"this PySpark ships {shipped_hadoop or 'none'}: change HADOOP_VERSION and "
             "AWS_SDK_VERSION together (hadoop-project's aws-java-sdk-v2.version)")
