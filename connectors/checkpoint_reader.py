@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 from connectors.core.paths import Location, resolve_location
 from sinks import query_identity
 from sinks.txn_log import LOG_DIR
-from sources.offsets import PLAN_KEY, TOPIC_IDS_KEY
+from sources.offsets import METADATA_KEYS
 
 
 class NotACheckpoint(ValueError):
@@ -165,8 +165,7 @@ def _source_offsets(line: str) -> SourceOffsets:
     except ValueError:
         return SourceOffsets(None, line)
     if isinstance(doc, dict):
-        # kafka-eos's topic ids and task plan
-        doc = {k: v for k, v in doc.items() if k not in (TOPIC_IDS_KEY, PLAN_KEY)}
+        doc = {k: v for k, v in doc.items() if k not in METADATA_KEYS}  # topic ids, task plan
     if isinstance(doc, dict) and doc and all(
         isinstance(parts, dict) and all(
             str(p).lstrip("-").isdigit() and isinstance(o, int) for p, o in parts.items())

@@ -39,6 +39,8 @@ PLAN_KEY = "@plan"
 RECORDS_SIZED_PLAN = 2
 #: The plan of an end offset without PLAN_KEY: targetTasksPerBatch unset meant 8 tasks.
 LEGACY_PLAN = 1
+#: The offsets JSON keys that are kafka-eos's own records, not topics.
+METADATA_KEYS = (TOPIC_IDS_KEY, PLAN_KEY)
 
 #: Sentinels inside a startingOffsets / endingOffsets JSON, as in Spark's Kafka source.
 EARLIEST = -2
@@ -82,7 +84,7 @@ def from_json(doc: Mapping[str, Any]) -> PartitionOffsets:
     return {
         (topic, int(p)): int(off)
         for topic, parts in doc.items()
-        if topic not in (TOPIC_IDS_KEY, PLAN_KEY)
+        if topic not in METADATA_KEYS
         for p, off in parts.items()
     }
 

@@ -347,3 +347,7 @@ def test_checkpoint_inspection_reads_offsets_with_ids():
     line = json.dumps(off.to_json({P0: 5, P1: 7}, {"lat": OLD}))
     (source,) = parse_offsets_file(3, f'v1\n{{"batchTimestampMs":1}}\n{line}\n').sources
     assert source.partitions == {P0: 5, P1: 7} and source.raw == line
+    # a batch's end offsets also name its task plan, which is not a topic either
+    line = json.dumps(off.to_json({P0: 5, P1: 7}, {"lat": OLD}, plan=off.RECORDS_SIZED_PLAN))
+    (source,) = parse_offsets_file(3, f'v1\n{{"batchTimestampMs":1}}\n{line}\n').sources
+    assert source.partitions == {P0: 5, P1: 7} and source.raw == line
