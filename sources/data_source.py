@@ -42,13 +42,18 @@ class KafkaEosDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT_NAME
 
-    def schema(self) -> str | StructType:
+    def _options(self, *, batch: bool | None) -> KafkaSourceOptions:
+        """The options parsed (and checked) for a batch read, a stream, or either (None)."""
         from sources.kafka_options import parse_source_options
+
+        return parse_source_options(self._raw, batch=batch)
+
+    def schema(self) -> str | StructType:
         from sources.range_reader import HEADERS_DDL, SPARK_SCHEMA_DDL, arrow_schema
 
         # Streaming or batch is not known yet: the checks common to both run now, the rest
         # when Spark asks for a reader.
-        options = parse_source_options(self._raw, batch=None)
+        options = self._options(batch=None)
         columns = self._registry_columns(options)
         if columns.active:
             from pyspark.sql.pandas.types import from_arrow_schema
@@ -72,19 +77,17 @@ class KafkaEosDataSource(DataSource):
         return self._columns
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from sources.kafka_options import parse_source_options
         from sources.kafka_source import KafkaBatchReader
 
-        options = parse_source_options(self._raw, batch=True)
+        options = self._options(batch=True)
         return KafkaBatchReader(options, self._registry_columns(options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from pyspark.errors import PySparkNotImplementedError
 
-        from sources.kafka_options import parse_source_options
         from sources.kafka_source import KafkaStreamReader
 
-        options = parse_source_options(self._raw, batch=False)
+        options = self._options(batch=False)
         if options.read_mode == "driver":
             # PySpark then asks for simpleStreamReader (pyspark/sql/datasource_internal.py).
             raise PySparkNotImplementedError(
@@ -95,7 +98,6 @@ class KafkaEosDataSource(DataSource):
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         from sources.driver_reader import KafkaDriverStreamReader
-        from sources.kafka_options import parse_source_options
 
-        options = parse_source_options(self._raw, batch=False)
+        options = self._options(batch=False)
         return KafkaDriverStreamReader(options, self._registry_columns(options))

@@ -2,8 +2,8 @@
 (integration_tests/support/spark_cluster.py; docs/deploying.md): the master here, two workers each
 in a network and mount namespace of its own with the package installed from the wheel in an
 environment of their own, the driver a client-mode `python job.py` with nothing PYSPARK_* set,
-Kafka a node in the same lab (broker faults are the 3-node cluster lanes'), the Delta table on the S3 server and PostgreSQL over the
-network, both at the lab's address of this host.
+Kafka a node in the same lab (broker faults are the 3-node cluster lanes'), the Delta table on
+the S3 server and PostgreSQL over the network, both at the lab's address of this host.
 
 One application runs `kafka-eos -> kafka-eos`, `-> delta-eos` and `-> postgres-eos` continuously
 while records arrive, and loses, in turn: each worker's executor JVM (SIGKILL, mid-stream; the
