@@ -387,8 +387,10 @@ def verify_postgres(postgres, checkpoint: str, log_path: str, expected, table) -
     value), no prepared transaction left, every batch of the log done, no password in the log."""
     want = sorted((r.partition, r.offset, r.key.decode(), r.value.decode()) for r in expected)
     assert_once(pg_table_rows(postgres, table), want, "at the end")
+    # This query's, by its gids' prefix: the server is the session's, and another test's
+    # leftovers (a failed crash matrix's prepared transactions, in CI on 2026-11-28) are not
+    # this one's to answer for.
     assert ours(postgres, checkpoint) == {}, "prepared transactions left behind"
-    assert prepared_transactions(postgres) == []
     txlog = TransactionLog(checkpoint)
     assert txlog.pending() == [], f"batches left pending in the transaction log: {txlog.pending()}"
     with open(log_path, errors="replace") as f:
