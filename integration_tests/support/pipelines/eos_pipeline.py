@@ -203,7 +203,7 @@ def wait_source_up(query, timeout_s: float = 120) -> None:
 
 
 #: How many times a query is started when its source runner misses that window.
-START_ATTEMPTS = 3
+START_ATTEMPTS = 8
 
 
 def start_up(query_args: argparse.Namespace):
