@@ -54,12 +54,13 @@ if KAFKA_CDS_ENV not in os.environ:
 
 
 #: The longest modules (minutes each: sequences of killed and restarted Spark processes) are
-#: handed out first, so that the two xdist workers of the default run (pyproject.toml's addopts,
+#: handed out first, so that the xdist workers of the default run (pyproject.toml's addopts,
 #: `--dist loadfile --no-loadscope-reorder`: xdist's own reordering, by number of tests per
 #: module, would hand the one-test crash matrices out last) end together instead of one running
 #: a long module alone at the end. By module basename, whichever sub-package holds it (basenames
 #: are unique: tests/test_architecture.py checks). From the suite's profile on 2 cores
-#: (docs/testing.md), 2026-11-28: the two workers' sums came within 5 s of each other.
+#: (docs/testing.md), 2026-11-28: the two workers' sums came within 5 s of each other, the
+#: three workers' of the evening within 15 s.
 LONGEST_FIRST = (
     "test_crash_matrix", "test_cluster_faults", "test_spark_cluster", "test_network_partitions",
     "test_demo",

@@ -1,4 +1,4 @@
-"""How the suite's modules are handed to the two xdist workers (pyproject.toml's addopts load
+"""How the suite's modules are handed to the xdist workers (pyproject.toml's addopts load
 this plugin): a module at a time, as `--dist loadfile` does, except that the modules of one
 group go to one worker together, so that what they share is started once in the run: one
 3-node Apache Kafka cluster for the cluster lanes, one network lab and its cluster for the

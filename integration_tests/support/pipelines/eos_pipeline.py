@@ -187,17 +187,24 @@ def start(args: argparse.Namespace):
     return query
 
 
-def wait_source_up(query, timeout_s: float = 120) -> None:
-    """Until the query's source has answered (its status past "Initializing sources" and the
-    first offsets) or the query has ended. Spark starts each query's Python source runner as a
-    simple worker and gives it a fixed 10 s to connect back (PythonWorkerFactory); five queries
-    starting at once on two loaded cores, beside a 3-node cluster starting, missed it twice
-    ("Python worker failed to connect back"): the queries of one application start one after
-    the other's source is up."""
+#: A query's status once its sources are up (Spark's MicroBatchExecution); before, it says
+#: "Initializing StreamExecution", "Initializing sources", then "Getting offsets from ...".
+SOURCES_UP = ("Processing new data", "Waiting for data to arrive", "Waiting for next trigger")
+
+
+def wait_source_up(query, timeout_s: float = 180) -> None:
+    """Until the query's source has answered (a batch started or none to start) or the query
+    has ended. Spark starts each query's Python source runner as a simple worker and gives it a
+    fixed 10 s to connect back (PythonWorkerFactory); five queries starting at once on two
+    loaded cores, beside a 3-node cluster starting, missed it twice ("Python worker failed to
+    connect back"): the queries of one application start one after the other's source is up.
+    The status is awaited for what it says once the source is up: a check for what it says
+    before ("Initializing sources") let a query that had not yet said it through (its first
+    status is "Initializing StreamExecution"), whose runner then missed the window after the
+    query's start had been counted done (the crash matrix, 2026-11-28 20:08)."""
     deadline = time.monotonic() + timeout_s
     while query.isActive and time.monotonic() < deadline:
-        message = query.status["message"]
-        if message != "Initializing sources" and not message.startswith("Getting offsets"):
+        if query.status["message"] in SOURCES_UP or query.recentProgress:
             return
         time.sleep(0.2)
 
