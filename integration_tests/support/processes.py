@@ -66,8 +66,8 @@ WORKERS_LINE = "pipeline workers: {}\n"
 #: Spark's words when a Python runner it started missed its fixed 10 s connect-back
 #: (PythonWorkerFactory), and what the pipeline prints when it starts such a query again.
 CONNECT_BACK = "Python worker failed to connect back"
-RESTART_LINE = ("pipeline: query on {} started again: its Python source runner missed Spark's "
-                "10 s connect-back")
+RESTART_LINE = ("pipeline: query on {} started again: a Python runner of its driver missed "
+                "Spark's 10 s connect-back")
 
 
 def workers_args(run: int, no_daemon_runs: Collection[int]) -> list[str]:

@@ -83,7 +83,8 @@ def test_every_sink_killed_at_every_protocol_point_then_restarted(broker, broker
         rc = wait_exit(proc, log)
         assert rc == -signal.SIGKILL, f"run {batch} should have been killed:\n{log_tail(log)}"
         parked = sorted(p.read_text().strip() for p in meeting.iterdir())
-        assert parked == sorted(f"{lane.name} {lane.point(batch)}" for lane in lanes), parked
+        assert parked == sorted(f"{lane.name} {lane.point(batch)}" for lane in lanes), (
+            f"{parked}\n{log_tail(log)}")
         for lane in lanes:
             lane.after_kill(lane.point(batch), batch)
 

@@ -187,51 +187,75 @@ def start(args: argparse.Namespace):
     return query
 
 
-#: A query's status once its sources are up (Spark's MicroBatchExecution); before, it says
-#: "Initializing StreamExecution", "Initializing sources", then "Getting offsets from ...".
-SOURCES_UP = ("Processing new data", "Waiting for data to arrive", "Waiting for next trigger")
+#: A query's status until its sources are created (Spark's StreamExecution: its first status,
+#: then the one it gives while it builds its sources, the Python source runner among them).
+INITIALIZING = ("Initializing StreamExecution", "Initializing sources")
 
 
-def wait_source_up(query, timeout_s: float = 180) -> None:
-    """Until the query's source has answered (a batch started or none to start) or the query
-    has ended. Spark starts each query's Python source runner as a simple worker and gives it a
-    fixed 10 s to connect back (PythonWorkerFactory); five queries starting at once on two
-    loaded cores, beside a 3-node cluster starting, missed it twice ("Python worker failed to
-    connect back"): the queries of one application start one after the other's source is up.
-    The status is awaited for what it says once the source is up: a check for what it says
-    before ("Initializing sources") let a query that had not yet said it through (its first
-    status is "Initializing StreamExecution"), whose runner then missed the window after the
-    query's start had been counted done (the crash matrix, 2026-11-28 20:08)."""
+def wait_sources_created(query, timeout_s: float = 180) -> None:
+    """Until the query's sources are created, its Python source runner connected (or failed
+    to), or the query has ended. Spark starts that runner as a simple worker and gives it a
+    fixed 10 s to connect back (PythonWorkerFactory): the queries of one application start one
+    after the other's runner has connected, not all at once (five at once on two loaded cores
+    missed it twice). Waiting on for the first batch instead serialized the queries' starts (the
+    crash matrix took 990-1,160 s with that wait, 565 s before it, 2026-11-28); a runner that
+    misses the window later is `supervise`'s."""
     deadline = time.monotonic() + timeout_s
     while query.isActive and time.monotonic() < deadline:
-        if query.status["message"] in SOURCES_UP or query.recentProgress:
+        if query.status["message"] not in INITIALIZING:
             return
         time.sleep(0.2)
 
 
-#: How many times a query is started when its source runner misses that window.
+#: How many times a query is started when a Python runner of its driver misses that window.
 START_ATTEMPTS = 8
 
 
+def missed_connect_back(query) -> bool:
+    """Whether the query ended because a Python runner Spark started for it on the driver
+    missed the fixed 10 s connect-back."""
+    if query.isActive:
+        return False
+    error = query.exception()
+    return error is not None and CONNECT_BACK in str(error)
+
+
 def start_up(query_args: argparse.Namespace):
-    """Start one query and wait for its source; started again, on its checkpoint, when Spark's
-    Python source runner missed the 10 s connect-back before the query's first batch. Even
-    one after the other, the crash matrix's fifth query missed it once under CI's load (run of
-    2026-11-28 18:45): Spark's start-up, before any of the sinks' work, which a restart on the
-    checkpoint is how a job's supervisor answers."""
+    """Start one query and wait for its sources; started again, on its checkpoint, when Spark's
+    Python source runner missed the 10 s connect-back. Even one after the other, the crash
+    matrix's fifth query missed it under CI's load (run of 2026-11-28 18:45): Spark's start-up,
+    before any of the sinks' work, which a restart on the checkpoint is how a job's supervisor
+    answers."""
     for attempt in range(1, START_ATTEMPTS + 1):
         query = start(query_args)
-        wait_source_up(query)
-        if query.isActive or query.recentProgress or attempt == START_ATTEMPTS:
-            return query
-        error = query.exception()
-        if error is None or CONNECT_BACK not in str(error):
+        wait_sources_created(query)
+        if attempt == START_ATTEMPTS or not missed_connect_back(query):
             return query
         print(RESTART_LINE.format(query_args.checkpoint), flush=True)
     return query
 
 
-running = [start_up(q) for q in queries]
-for query in running:
-    query.awaitTermination()
+def supervise(started: list) -> None:
+    """Until every query has ended; a query that ends on a missed connect-back later, from a
+    runner Spark starts for a batch (the read planner, the sink's commit), is started again
+    on its checkpoint too: CI's no-daemon run of the crash matrix lost its upsert query so,
+    after its source was up (2026-11-28 22:25). Any other failure ends the pipeline with it."""
+    running = list(zip(queries, started))
+    restarts = {query_args.checkpoint: 0 for query_args in queries}
+    while running:
+        still = []
+        for query_args, query in running:
+            if query.isActive:
+                still.append((query_args, query))
+            elif missed_connect_back(query) and restarts[query_args.checkpoint] < START_ATTEMPTS:
+                restarts[query_args.checkpoint] += 1
+                print(RESTART_LINE.format(query_args.checkpoint), flush=True)
+                still.append((query_args, start_up(query_args)))
+            else:
+                query.awaitTermination()  # raises the query's error, if it had one
+        running = still
+        time.sleep(0.5)
+
+
+supervise([start_up(q) for q in queries])
 spark.stop()
