@@ -47,8 +47,8 @@ def test_a_query_whose_runners_miss_the_connect_back_is_started_again_each_time(
 
     # Without Spark's daemon: with it, the planner is forked by a daemon, whose start has no
     # such window; without it (the crash matrix's run 3), the planner is a simple worker too.
-    run_pipeline(PIPELINE, "--no-daemon", "--bootstrap", bootstrap, "--topic", topic, "--checkpoint",
-                 str(checkpoint), "--table", str(table), log_path=log,
+    run_pipeline(PIPELINE, "--no-daemon", "--bootstrap", bootstrap, "--topic", topic,
+                 "--checkpoint", str(checkpoint), "--table", str(table), log_path=log,
                  env={"PYTHONPATH": str(hook), "SLOW_RUNNERS": ",".join(HELD),
                       "SLOW_RUNNER_MARKS": str(marks)})
 
