@@ -138,3 +138,33 @@ def test_listeners_get_distinct_ports_when_free_port_repeats_itself():
     ports = distinct_free_ports(["SASL_PLAINTEXT", "CONTROLLER", "SSL"],
                                 pick=lambda: next(answers))
     assert ports == {"SASL_PLAINTEXT": 41425, "CONTROLLER": 38215, "SSL": 40001}
+
+
+def test_a_coordinate_maven_central_lacks_fails_instead_of_skipping(monkeypatch, tmp_path):
+    """The Kafka, S3A and peers fixtures skip on KafkaUnavailable (Java missing, Central not
+    reached). A wrong pin must fail them instead: with mvn, Central's "not found" is told
+    apart from a Central that could not be reached. Maven Central for real."""
+    if ak.shutil.which("mvn") is None:
+        pytest.skip("mvn is not installed: PySpark's Ivy says 'not found' for an unreachable "
+                    "Maven Central too, so only mvn's words tell the two apart")
+    with pytest.raises((ak.ResolutionError, ak.KafkaUnavailable)) as e:
+        ak.resolve_into_cache(["org.apache.kafka:kafka-eos-no-such-artifact:0.0.1"],
+                              tmp_path / "lib", tmp_path / "complete", what="a missing pin")
+    if e.type is ak.KafkaUnavailable and "Could not transfer" in str(e.value):
+        pytest.skip("Maven Central cannot be reached from here")
+    assert e.type is ak.ResolutionError, str(e.value)[:600]
+    assert "kafka-eos-no-such-artifact" in str(e.value)
+    assert not (tmp_path / "complete").exists()
+
+
+def test_a_central_not_reached_is_still_a_reason_to_skip(monkeypatch, tmp_path):
+    def unreachable(coordinates, work, lib, *, exclude=()):
+        raise ak.KafkaUnavailable(
+            "mvn could not resolve a:b:1 from Maven Central (exit 1): Could not transfer "
+            "artifact a:b:pom:1 from/to central (https://repo.maven.apache.org/maven2)")
+
+    monkeypatch.setattr(ak.shutil, "which", lambda n: "/usr/bin/mvn")
+    monkeypatch.setattr(ak, "resolve_with_maven", unreachable)
+    monkeypatch.setattr(ak, "resolve_with_ivy", unreachable)
+    with pytest.raises(ak.KafkaUnavailable, match="Could not transfer"):
+        ak.resolve_into_cache(["a:b:1"], tmp_path / "lib", tmp_path / "complete", what="a:b")

@@ -100,6 +100,16 @@ class KafkaUnavailable(RuntimeError):
     """Apache Kafka cannot run here; the message says what is missing."""
 
 
+class ResolutionError(RuntimeError):
+    """Maven Central was reached and lacks a coordinate asked for, or the resolution's jars are
+    not what they must be: a wrong pin, which fails the caller; never a reason to skip."""
+
+
+#: mvn's words when Maven Central answered that an artifact is not there (against "Could not
+#: transfer" when it was not reached). PySpark's Ivy says "not found" for both.
+NOT_IN_CENTRAL = ("was not found in", "Could not find artifact")
+
+
 def cache_dir() -> Path:
     """Where fetched jars live: $KAFKA_EOS_CACHE, else $XDG_CACHE_HOME/kafka-eos, else
     ~/.cache/kafka-eos. Outside the repository, shared by every checkout of the machine."""
@@ -212,7 +222,8 @@ def resolve_into_cache(coordinates: Sequence[str], lib: Path, done: Path, *, wha
     installed, else PySpark's Ivy; the `required` coordinates' own jars (all, by default) must
     be there and no jar matching a `forbidden` glob; then renamed into place and `done` written
     last, so that a fetch that died half way is never taken for a complete one.
-    KafkaUnavailable names what failed (each resolver's error)."""
+    KafkaUnavailable names what failed (each resolver's error) when Central could not be had;
+    ResolutionError when it answered that a coordinate is not there, or the jars are wrong."""
     work = Path(tempfile.mkdtemp(prefix="resolve-", dir=lib.parent))
     staging = work / "lib"
     try:
@@ -224,6 +235,8 @@ def resolve_into_cache(coordinates: Sequence[str], lib: Path, done: Path, *, wha
                 resolve(list(coordinates), work, staging, exclude=exclude)
                 break
             except (KafkaUnavailable, subprocess.TimeoutExpired, OSError) as e:
+                if any(words in str(e) for words in NOT_IN_CENTRAL):
+                    raise ResolutionError(f"cannot fetch {what}: {e}") from None
                 errors.append(str(e))
                 shutil.rmtree(staging, ignore_errors=True)
         else:
@@ -234,10 +247,10 @@ def resolve_into_cache(coordinates: Sequence[str], lib: Path, done: Path, *, wha
         for item in coordinates if required is None else required:
             _group, artifact, version = item.split(":")[:3]
             if not (staging / f"{artifact}-{version}.jar").is_file():
-                raise KafkaUnavailable(f"the resolved jars lack {artifact}-{version}.jar")
+                raise ResolutionError(f"the resolved jars lack {artifact}-{version}.jar")
         for pattern in forbidden:
             if any(staging.glob(pattern)):
-                raise KafkaUnavailable(f"the resolution brought {pattern}, which it must not")
+                raise ResolutionError(f"the resolution brought {pattern}, which it must not")
         shutil.rmtree(lib, ignore_errors=True)
         staging.rename(lib)
         done.write_text(" ".join(coordinates) + "\n")

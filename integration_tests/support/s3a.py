@@ -89,7 +89,8 @@ def s3a_jars() -> list[Path]:
     loads, less the artifacts PySpark already ships (a second netty or httpclient on the class
     path would only be shadowed by Spark's, or clash). Fetched once (`S3AUnavailable` naming
     the resolvers' errors when Maven Central cannot be reached; a RuntimeError when this
-    module's Hadoop version is not PySpark's)."""
+    module's Hadoop version is not PySpark's, or Central lacks a pinned coordinate:
+    connectors.local.apache_kafka.ResolutionError, which no fixture skips)."""
     shipped_hadoop = pyspark_hadoop_version()
     if shipped_hadoop != HADOOP_VERSION:
         # the project's pins out of step with PySpark: a failure to mend, never a skip
