@@ -33,6 +33,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.core.kafka.client import is_transient
 from sources import range_reader as rr
+from sources import arrow_build
 from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
 from sources.offsets import OffsetRange
 
@@ -114,9 +115,8 @@ class _MixedColumns(rr._Columns):
             self.runs.append((tp[0], tp[1], len(offsets)))
 
     def batch(self) -> pa.RecordBatch:
-        topics = pa.concat_arrays([pa.repeat(pa.scalar(t, pa.string()), n)
-                                   for t, _, n in self.runs])
-        partitions = pa.concat_arrays([pa.repeat(pa.scalar(p, pa.int32()), n)
+        topics = pa.concat_arrays([arrow_build.repeated_string(t, n) for t, _, n in self.runs])
+        partitions = pa.concat_arrays([arrow_build.repeated_int32(p, n)
                                        for _, p, n in self.runs])
         return self.to_batch_of(topics, partitions)
 

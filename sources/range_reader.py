@@ -18,6 +18,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.core.kafka.client import RetryPolicy, is_transient
+from sources import arrow_build
 from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
 from sources.offsets import OffsetRange
 
@@ -133,25 +134,22 @@ class _Columns:
 
     def to_batch(self, r: OffsetRange) -> pa.RecordBatch:
         n = len(self.offsets)
-        return self.to_batch_of(pa.repeat(pa.scalar(r.topic, pa.string()), n),
-                                pa.repeat(pa.scalar(r.partition, pa.int32()), n))
+        return self.to_batch_of(arrow_build.repeated_string(r.topic, n),
+                                arrow_build.repeated_int32(r.partition, n))
 
     def to_batch_of(self, topics: pa.Array, partitions: pa.Array) -> pa.RecordBatch:
         """The batch, with its topic and partition columns given (records of several
-        partitions: sources/packed_reader.py)."""
-        # Imported here, by the tasks that read: pyarrow.compute costs every Python worker
-        # that imports the source (look-up, planning, commit) some 50 ms otherwise.
-        import pyarrow.compute as pc
-
+        partitions: sources/packed_reader.py). Built through buffers (sources/arrow_build.py):
+        pa.array would import pandas into every worker that reads."""
         arrays = [
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
+            arrow_build.binary(self.keys),
+            arrow_build.binary(self.values),
             topics,
             partitions,
-            pa.array(self.offsets, pa.int64()),
-            pc.multiply(pa.array(self.stamps, pa.int64()), 1000).cast(TIMESTAMP_TYPE),
+            arrow_build.int64(self.offsets),
+            arrow_build.timestamps_us(self.stamps, TIMESTAMP_TYPE),
             # librdkafka: 0 none, 1 CreateTime, 2 LogAppendTime; Spark: -1, 0, 1.
-            pc.subtract(pa.array(self.ts_types, pa.int32()), 1),
+            arrow_build.int32_minus_one(self.ts_types),
         ]
         if self.headers is not None:
             arrays.append(pa.array(
