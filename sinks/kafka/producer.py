@@ -170,10 +170,13 @@ def produce_rows(producer: Any, topic: str, values: list, keys: list) -> tuple[i
     record, as produce() does, and refuses the rest of a call once the queue is full
     (rd_kafka_produce_batch), so what a call queued up to a full queue is a prefix: the rest is
     queued again, in order, once polling has made room."""
-    messages = [{"value": value, "key": key} for value, key in zip(values, keys)]
     start = 0
-    while start < len(messages):
-        todo = messages[start:] if start else messages
+    while start < len(values):
+        # fresh dicts each call: produce_batch marks a refused row's dict with "_error", and
+        # never takes the mark off when a later call queues it
+        todo = [{"value": value, "key": key}
+                for value, key in zip(values[start:] if start else values,
+                                      keys[start:] if start else keys)]
         if producer.produce_batch(topic, todo) == len(todo):
             return None
         for i, message in enumerate(todo):
