@@ -486,10 +486,6 @@ class _RecordingProducer:
     def produce(self, topic, value=None, key=None, **kwargs):
         self.sent.append((topic, key, value))
 
-    def produce_batch(self, topic, messages):
-        self.sent.extend((topic, m.get("key"), m.get("value")) for m in messages)
-        return len(messages)
-
     def poll(self, timeout):
         return 0
 

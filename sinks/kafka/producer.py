@@ -162,38 +162,6 @@ def drop_shared_producer(producer: Any) -> None:
             producer.flush(0)
 
 
-def produce_rows(producer: Any, topic: str, values: list, keys: list) -> tuple[int, Any] | None:
-    """Queue every (value, key) to `topic`, in order, with one produce_batch call per run of
-    rows the queue has room for; None, or the first row refused for its own sake (too large)
-    and its KafkaError. A call per record cost the 100 B Kafka sink more than half its task time
-    (docs/performance.md). librdkafka's batch call runs the configured partitioner on each
-    record, as produce() does, and refuses the rest of a call once the queue is full
-    (rd_kafka_produce_batch), so what a call queued up to a full queue is a prefix: the rest is
-    queued again, in order, once polling has made room."""
-    start = 0
-    while start < len(values):
-        # fresh dicts each call: produce_batch marks a refused row's dict with "_error", and
-        # never takes the mark off when a later call queues it
-        todo = [{"value": value, "key": key}
-                for value, key in zip(values[start:] if start else values,
-                                      keys[start:] if start else keys)]
-        if producer.produce_batch(topic, todo) == len(todo):
-            return None
-        for i, message in enumerate(todo):
-            error = message.get("_error")
-            if error is None:
-                continue
-            if error.code() != KafkaError._QUEUE_FULL:
-                return start + i, error
-            producer.poll(0.05)
-            start += i
-            break
-        else:
-            raise RuntimeError(f"produce_batch queued fewer of {len(todo)} records than it was "
-                               "given and named none it refused")
-    return None
-
-
 def produce_when_room(producer: Any, topic: str, **kwargs: Any) -> None:
     while True:
         producer.poll(0.05)

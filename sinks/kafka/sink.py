@@ -56,7 +56,6 @@ from sinks.kafka.producer import (
     drop_shared_producer,
     fatal_from,
     init_transactions,
-    produce_rows,
     produce_when_room,
     remember_transaction_timeout,
     resolve_transaction_timeout,
@@ -215,12 +214,18 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTxn]):
         # The topic option, when set, overrides the topic column (as in Spark's Kafka sink).
         routed = {"partition", "headers"} if default_topic else {"topic", "partition", "headers"}
         if not routed & set(names):
-            # The common case: one topic, no partition or headers: queued in batches.
-            refused = produce_rows(producer, default_topic, values, keys)
-            if refused is not None:
-                row, error = refused
-                raise self._too_large(KafkaException(error), txn, batch, row, default_topic,
-                                      values[row], keys[row]) from None
+            # The common case: positional arguments, no dict per record.
+            try:  # outside the loop: nothing added per record on the hot path
+                for value, key in zip(values, keys):
+                    try:
+                        produce(default_topic, value, key)
+                    except BufferError:
+                        produce_when_room(producer, default_topic, value=value, key=key)
+            except KafkaException as e:
+                # `value` is the refused record's; the first equal one is its row (an equal
+                # one before it would have been refused first)
+                raise self._too_large(e, txn, batch, values.index(value), default_topic,
+                                      value, key) from None
             fatal_from(txn, producer.poll, 0)
             self._raise_fatal(txn)
             return
