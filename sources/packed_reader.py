@@ -32,8 +32,8 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.core.kafka.client import is_transient
-from sources import range_reader as rr
 from sources import arrow_build
+from sources import range_reader as rr
 from sources.consumer_pool import DEFAULT_CAPACITY, DEFAULT_TIMEOUT_MS, POOL, ConsumerPool
 from sources.offsets import OffsetRange
 

@@ -140,7 +140,7 @@ def test_listeners_get_distinct_ports_when_free_port_repeats_itself():
     assert ports == {"SASL_PLAINTEXT": 41425, "CONTROLLER": 38215, "SSL": 40001}
 
 
-def test_a_coordinate_maven_central_lacks_fails_instead_of_skipping(monkeypatch, tmp_path):
+def test_a_coordinate_maven_central_lacks_fails_instead_of_skipping(tmp_path):
     """The Kafka, S3A and peers fixtures skip on KafkaUnavailable (Java missing, Central not
     reached). A wrong pin must fail them instead: with mvn, Central's "not found" is told
     apart from a Central that could not be reached. Maven Central for real."""
