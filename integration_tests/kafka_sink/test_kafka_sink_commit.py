@@ -234,7 +234,10 @@ def test_endtxn_for_a_producer_id_the_coordinator_does_not_know(bootstrap, out, 
     assert sent == [unknown["producer_id"]]  # a definite answer is not retried
     sink.abort([unknown])  # a definite error in abort is logged, not raised
     sink.abort([real])
-    assert read_partition(bootstrap, out, 0).open == []
+    # the abort's markers follow its EndTxn (_wait_until_ended): a full run read the partition
+    # before they were written
+    wait_for(lambda: read_partition(bootstrap, out, 0).open == [], 30,
+             "the abort's markers in the output")
 
 
 # -- item 8: attempts that never prepared --------------------------------------------------------
