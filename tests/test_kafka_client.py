@@ -7,6 +7,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from connectors.core.kafka.client import (
     ClusterConnectionError,
+    KafkaMetadata,
     KafkaRetriesExhausted,
     RetryPolicy,
     consumer_conf,
@@ -200,3 +201,21 @@ def test_silence_fails_a_configuration_never_answered_and_is_waited_for_once_it_
     with pytest.raises(ClusterConnectionError) as later:
         kc._connected_consumer(conf, timeout_s=1)
     assert is_transient(later.value)
+
+
+@pytest.mark.parametrize("code, text, kept", [
+    (KafkaError._TRANSPORT, "127.0.0.1:39123/3: Connect to ipv4#127.0.0.1:39123 failed: "
+     "Connection refused (after 0ms in state CONNECT)", True),
+    # a bootstrap address refusing only sends the client to the next one
+    (KafkaError._TRANSPORT, "127.0.0.1:39123/bootstrap: Connect to ipv4#127.0.0.1:39123 "
+     "failed: Connection refused (after 0ms in state CONNECT)", False),
+    (KafkaError._TRANSPORT, "127.0.0.1:39123/3: Disconnected (after 600000ms in state UP)",
+     False),
+    (KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down: Connection refused", False),
+])
+def test_only_a_known_brokers_refused_connection_ends_an_offset_look_up(code, text, kept):
+    """A refusal by a node the metadata names (a dead leader) ends a ListOffsets look-up at once
+    (librdkafka's admin client would reconnect to it in a busy loop); nothing else does."""
+    md = KafkaMetadata({"bootstrap.servers": "127.0.0.1:1"})
+    md._on_error(KafkaError(code, text))
+    assert md._refused == ([text] if kept else [])
