@@ -424,7 +424,6 @@ class KafkaMetadata:
             out[tp] = offset
         return out
 
-
     def _wait_unless_refused(self, futures: Iterable[concurrent.futures.Future]) -> None:
         """Until every answer is in, the time is up, or a leader refused the connection. A
         request to a leader whose broker is down (restarting: the others still name it leader)
