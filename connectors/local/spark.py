@@ -1,8 +1,7 @@
 """A local SparkSession for tests, demos and benchmarks, with the settings that bite set.
 
 Python workers start `spark.pyspark.python`, not the driver's interpreter: without it they
-import none of this project's packages. The UI is off and logs are quiet. The JVM talks to its
-Python workers over Unix domain sockets (`UNIX_SOCKETS`).
+import none of this project's packages. The UI is off and logs are quiet.
 """
 
 from __future__ import annotations
@@ -30,14 +29,6 @@ def class_sharing_options() -> str:
         return ""
     return f"-XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
-
-#: Spark's JVM talks to its Python workers over Unix domain sockets instead of loopback TCP
-#: (Spark 4.1+). Over TCP a read task's worker waited about 40 ms for its input, every task:
-#: Spark writes the task's set-up and then its input as two small writes, and the second waits
-#: for the acknowledgement of the first, which the worker's kernel delays (Linux's delayed ACK).
-#: Measured in docs/performance.md ("The read task's 40 ms"); the users' setting is in
-#: docs/deploying.md.
-UNIX_SOCKETS = {"spark.python.unix.domain.socket.enabled": "true"}
 
 #: JVM options for short-lived Spark drivers and executors (`local_spark(quick_start=True)`).
 QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -79,7 +70,7 @@ def local_spark(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
     )
-    conf = {**UNIX_SOCKETS, **(conf or {})}
+    conf = dict(conf or {})
     if quick_start:
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
             # The test suite's class-data-sharing archive, when it names one: the driver's
