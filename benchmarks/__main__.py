@@ -101,9 +101,10 @@ def _throughput_options(ap: argparse.ArgumentParser) -> None:
                     help="measured runs of each side, alternating; the best of each is kept")
     ap.add_argument("--only", default="source,kafka,delta,memory,latency",
                     help="comma-separated subset of source,kafka,delta,memory,latency,"
-                         "delta-long-run,upsert-scale,partitions,registry,cluster; latency, "
-                         "delta-long-run, upsert-scale, partitions, registry and cluster alone are "
-                         "merged into an existing results.json, the rest kept")
+                         "delta-long-run,upsert-scale,partitions,registry,cluster,"
+                         "kafka-sink-main; latency, delta-long-run, upsert-scale, partitions, "
+                         "registry, cluster and kafka-sink-main (the Kafka sink beside Spark's in "
+                         "this PySpark) alone are merged into an existing results.json")
 
 
 def _latency_options(ap: argparse.ArgumentParser) -> None:
@@ -512,6 +513,10 @@ def _run_alone(args: argparse.Namespace, argv: list[str] | None, only: set[str])
     if "cluster" in only:
         raise SystemExit("python -m benchmarks: --only cluster runs on its own (a Spark "
                          "standalone cluster in network namespaces)")
+    if only == {"kafka-sink-main"}:
+        from benchmarks import kafka_sink_main
+
+        return kafka_sink_main.run(args, argv)
     if only == {"partitions"}:
         from benchmarks import partitions
 

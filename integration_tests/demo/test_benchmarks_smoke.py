@@ -276,3 +276,27 @@ def test_registry_section_reports_every_reader_and_keeps_the_other_sections(
     assert sink["write"]["ratio"] > 0 and sink["encode"]["ratio"] > 0
     assert sink["producer_loop_rows_per_s"] > 0 and sink["ratio_sink_avro_vs_producer_loop"] > 0
     assert f"| {size} (" in stdout
+
+
+def test_kafka_sink_main_section_runs_both_sinks_in_this_pyspark(tmp_path, broker):
+    """`--only kafka-sink-main --quick`: kafka-eos exactly once and Spark's own Kafka sink in the
+    main environment's PySpark (Spark's 4.2.0 connector jar), each run having written every row
+    (the section raises otherwise); its section lands beside the kept ones."""
+    import pyspark
+
+    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers)
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"by_value_size": {"100 B": {"kept": True}}}))
+    results, stdout = _run_benchmarks(out, "--only", "kafka-sink-main", "--quick",
+                                      "--value-sizes", "100", timeout=300, env=env)
+    assert results["by_value_size"] == {"100 B": {"kept": True}}
+    section = results["kafka_sink_main_session"]
+    assert "--only kafka-sink-main" in section["command"]
+    assert section["pyspark"] == pyspark.__version__
+    [(size, res)] = section["by_value_size"].items()
+    assert size == "100" and res["rows"] > 0
+    eos, spark = res["kafka_eos_rows_per_s"], res["spark_kafka_rows_per_s"]
+    assert eos > 0 and spark > 0
+    assert res["ratio"] == pytest.approx(eos / spark, rel=0.01)
+    assert f"kafka sink 100 B, PySpark {pyspark.__version__}" in stdout

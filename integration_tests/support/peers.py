@@ -275,7 +275,8 @@ KAFKA_ARTIFACTS = frozenset({"commons-pool2", "kafka-clients", "spark-sql-kafka-
 
 
 def kafka_connector_spark(app_name: str, *, master: str = "local[2]",
-                          conf: dict[str, str] | None = None) -> "SparkSession":
+                          conf: dict[str, str] | None = None,
+                          quick_start: bool = True) -> "SparkSession":
     """Outside the peers' environment (the main one, PySpark 4.3): a local session with Spark's
     4.2.0 Kafka connector from the peers' jar cache on `spark.jars` (Maven Central has no 4.3
     build; Spark 4.3 loads the 4.2.0 connector) beside this package's formats."""
@@ -288,5 +289,5 @@ def kafka_connector_spark(app_name: str, *, master: str = "local[2]",
     if len(jars) != len(KAFKA_ARTIFACTS):
         raise PeersUnavailable(f"the peers' jar cache lacks some of {sorted(KAFKA_ARTIFACTS)}: "
                                f"{[j.name for j in jars]}")
-    return local_spark(app_name, master=master,
+    return local_spark(app_name, master=master, quick_start=quick_start,
                        conf={"spark.jars": ",".join(str(j) for j in jars), **(conf or {})})
