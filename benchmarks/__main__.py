@@ -513,9 +513,10 @@ def _run_alone(args: argparse.Namespace, argv: list[str] | None, only: set[str])
     if "cluster" in only:
         raise SystemExit("python -m benchmarks: --only cluster runs on its own (a Spark "
                          "standalone cluster in network namespaces)")
-    if only == {"kafka-sink-main"}:
+    if "kafka-sink-main" in only:
+        if only != {"kafka-sink-main"}:
+            raise SystemExit("python -m benchmarks: --only kafka-sink-main runs on its own")
         from benchmarks import kafka_sink_main
-
         return kafka_sink_main.run(args, argv)
     if only == {"partitions"}:
         from benchmarks import partitions
