@@ -5,6 +5,7 @@ freeze/resume."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -129,3 +130,41 @@ def test_freeze_and_resume(cluster: KafkaCluster) -> None:
     assert node.alive and node.pid == pid
     node.wait_serving(30)
     cluster.wait_healthy()
+
+
+def _request_threads(pid: int) -> int:
+    """Threads of `pid` or its descendants named data-plane-kafka-* (request handlers and
+    network processors: /proc keeps the first 15 characters of a thread's name)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
+    count, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        for tid in os.listdir(f"/proc/{p}/task") if os.path.isdir(f"/proc/{p}/task") else ():
+            try:
+                with open(f"/proc/{p}/task/{tid}/comm") as f:
+                    count += f.read().startswith("data-plane-kafk")
+            except OSError:
+                pass
+    return count
+
+
+def test_the_suites_nodes_run_few_request_threads(cluster: KafkaCluster, broker) -> None:
+    """Each idle request thread wakes every 300 ms: the suite's nodes run FEW_THREADS (2 I/O
+    threads for the broker's requests and 2 for the controller's, 1 network thread a listener
+    beside its acceptor), not Kafka's 8, 8 and 3 a listener, so that the nine or so nodes a run
+    keeps up cost less CPU while they wait (docs/testing.md)."""
+    for node in cluster.nodes:
+        # PLAINTEXT and CONTROLLER: 4 handlers, 2 network threads, 2 acceptors (24 before)
+        assert 0 < _request_threads(node.pid) <= 4 + 2 * 2, f"node {node.node_id}"
+    if broker.node is not None:
+        listeners = len(broker.node.ports)
+        assert 0 < _request_threads(broker.node.process.pid) <= 4 + 2 * listeners

@@ -30,7 +30,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.local.apache_kafka import LATEST, Generation, apache_kafka, property_value
+from connectors.local.apache_kafka import (
+    FEW_THREADS,
+    LATEST,
+    Generation,
+    apache_kafka,
+    property_value,
+)
 from connectors.local.broker_handle import Broker, wait_until_ready
 from integration_tests.support.broker_control import TestBroker
 from integration_tests.support.secured_node import make_secured_listeners
@@ -335,7 +341,8 @@ def apache_kafka_broker(generation: Generation = LATEST) -> Iterator[Broker]:
     """Apache Kafka from its Maven jars as the suite's `Broker` (kind "apache-kafka"), with
     every secured listener (a throwaway PKI): freeze() stops the JVM, `broker.node` is the node
     itself (kill, restart, listeners)."""
-    with apache_kafka(generation, listeners=make_secured_listeners) as kafka:
+    with apache_kafka(generation, listeners=make_secured_listeners,
+                      overrides=FEW_THREADS) as kafka:
         yield TestBroker(kafka.bootstrap_servers, "apache-kafka", node=kafka)
 
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.local.apache_kafka import (
+    FEW_THREADS,
     LATEST,
     LOG4J1,
     LOG4J2,
@@ -240,6 +241,7 @@ def node_properties(
         # idle nodes: 12.7 -> 7.2 CPU-s a minute (measured on this machine).
         "metadata.max.idle.interval.ms": "5000",
         "replica.fetch.wait.max.ms": "5000",
+        **FEW_THREADS,
     }
     if generation.major >= 4:
         props.update({
