@@ -34,7 +34,7 @@ def test_a_process_that_may_not_write_bytecode_reads_what_was_compiled(tmp_path)
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "mod.py").write_text("VALUE = 1\n")
-    files, _ = compile_checkout(tmp_path, ("bytecode_probe",))
+    files = compile_checkout(tmp_path, ("bytecode_probe",))
     assert files == 2
     assert not _stale(tmp_path, ("bytecode_probe",))
     cached = importlib.util.cache_from_source(str(package / "mod.py"))

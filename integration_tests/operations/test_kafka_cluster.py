@@ -133,27 +133,15 @@ def test_freeze_and_resume(cluster: KafkaCluster) -> None:
 
 
 def _request_threads(pid: int) -> int:
-    """Threads of `pid` or its descendants named data-plane-kafka-* (request handlers and
-    network processors: /proc keeps the first 15 characters of a thread's name)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
-    count, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        todo += children.get(p, [])
-        for tid in os.listdir(f"/proc/{p}/task") if os.path.isdir(f"/proc/{p}/task") else ():
-            try:
-                with open(f"/proc/{p}/task/{tid}/comm") as f:
-                    count += f.read().startswith("data-plane-kafk")
-            except OSError:
-                pass
+    """Threads of the node's JVM named data-plane-kafka-* (request handlers, network processors
+    and acceptors: /proc keeps the first 15 characters of a thread's name)."""
+    count = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                count += f.read().startswith("data-plane-kafk")
+        except OSError:  # the thread ended meanwhile
+            pass
     return count
 
 
