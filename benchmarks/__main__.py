@@ -263,18 +263,13 @@ def long_run_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     """The delta-eos long run alone (no broker, no Spark): its section replaces the one in an
     existing results.json, whose other sections are kept."""
     from benchmarks import delta_long_run
-    from benchmarks.common import code_version, existing_results, load_average, machine, write_json
+    from benchmarks.common import existing_results, load_average, section_header, write_json
     from benchmarks.report import long_run_table
 
     json_path, results = existing_results(args.output_dir)
     started = time.time()
     work = tempfile.mkdtemp(prefix="delta-long-run-")
-    section = {
-        "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": machine(),
-        "code": code_version(),
-        "load_average": {"start": load_average()},
-    }
+    section = section_header(argv)
     try:
         section.update(_long_run(args, work, delta_long_run, started))
     finally:
@@ -292,7 +287,7 @@ def upsert_scale_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     """delta-eos upsert mode at scale alone (no broker, no Spark): its section replaces the
     one in an existing results.json, whose other sections are kept."""
     from benchmarks import upsert_scale
-    from benchmarks.common import code_version, existing_results, load_average, machine, write_json
+    from benchmarks.common import existing_results, load_average, section_header, write_json
 
     json_path, results = existing_results(args.output_dir)
     started = time.time()
@@ -301,12 +296,7 @@ def upsert_scale_only(args: argparse.Namespace, argv: list[str] | None) -> int:
         print(f"[{time.time() - started:6.0f}s] {msg}", file=sys.stderr, flush=True)
 
     work = tempfile.mkdtemp(prefix="upsert-scale-")
-    section = {
-        "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": machine(),
-        "code": code_version(),
-        "load_average": {"start": load_average()},
-    }
+    section = section_header(argv)
     try:
         section.update(upsert_scale.measure(
             work, table_rows=args.upsert_table_rows, n_changes=args.upsert_changes,
@@ -368,7 +358,7 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
     """The latency section alone (and the long run if asked): merged into an existing
     results.json, whose other sections are kept."""
     from benchmarks.chart import draw_latency
-    from benchmarks.common import code_version, existing_results, machine, metrics_file, write_json
+    from benchmarks.common import existing_results, metrics_file, section_header, write_json
     from benchmarks.report import latency_table
 
     metrics_file()
@@ -386,13 +376,7 @@ def latency_only(args: argparse.Namespace, argv: list[str] | None, only: set[str
         with kafka_broker() as broker:
             spark = local_spark("kafka-eos-benchmarks", quick_start=args.quick)  # C2 unless --quick
             try:
-                section = {
-                    "command": "python -m benchmarks " + " ".join(
-                        sys.argv[1:] if argv is None else argv),
-                    "machine": machine(),
-                    "code": code_version(),
-                    "broker": broker.kind,
-                }
+                section = section_header(argv, broker=broker.kind)
                 section.update(_latency(args, spark, broker.bootstrap_servers, work, log))
             finally:
                 spark.stop()
@@ -544,7 +528,7 @@ def run_together(args: argparse.Namespace, argv: list[str] | None, only: set[str
     broker and one Spark session; results.json keeps the sections measured alone before."""
     sizes = [int(s) for s in args.value_sizes.split(",")]
 
-    from benchmarks.common import load_average, machine, metrics_file
+    from benchmarks.common import load_average, metrics_file, section_header
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable
     from benchmarks import memory, noop_sink
@@ -554,10 +538,7 @@ def run_together(args: argparse.Namespace, argv: list[str] | None, only: set[str
     os.makedirs(args.output_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="kafka-eos-bench-")
     started = time.time()
-    results: dict = {
-        "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": machine(),
-        "load_average": {"start": load_average()},
+    results: dict = section_header(argv) | {
         "parameters": {k: v for k, v in vars(args).items() if k not in ("output_dir",)},
         "by_value_size": {},
     }

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import code_version, existing_results, load_average, machine, write_json
+from benchmarks.common import existing_results, load_average, section_header, write_json
 
 SINKS = ("noop", "delta-eos", "kafka-eos")
 PARTITIONS = 4
@@ -121,10 +121,7 @@ def run_section(args, argv: list[str] | None) -> int:
     json_path, results = existing_results(args.output_dir)
     started = time.time()
     records = 4_000 if args.quick else args.records
-    section = {"command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None
-                                                             else argv),
-               "machine": machine(), "code": code_version(),
-               "load_average": {"start": load_average()}}
+    section = section_header(argv)
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as work:
         section.update(measure(records, Path(work)))
     section["load_average"]["end"] = load_average()

@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -60,6 +61,19 @@ def machine() -> dict:
         "confluent_kafka": confluent_kafka.__version__,
         "librdkafka": confluent_kafka.libversion()[0],
     }
+
+
+def command_line(argv: list[str] | None) -> str:
+    """The section's command as its user typed it (argv: main()'s, or the process's)."""
+    return "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
+
+
+def section_header(argv: list[str] | None, **fields) -> dict:
+    """What every section's results open with, so that a figure is never read without them:
+    the command, the machine, the commit measured and the load when the section started (the
+    section adds the load at its end)."""
+    return {"command": command_line(argv), "machine": machine(), "code": code_version(),
+            "load_average": {"start": load_average()}, **fields}
 
 
 def load_average() -> list[float]:

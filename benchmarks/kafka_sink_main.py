@@ -21,8 +21,14 @@ import time
 def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     """Measured into DIR/results.json under `kafka_sink_main_session`, its other sections
     kept."""
-    from benchmarks.common import (code_version, existing_results, load_average, machine,
-                                   metrics_file, write_json, write_parquet_input)
+    from benchmarks.common import (
+        existing_results,
+        load_average,
+        metrics_file,
+        section_header,
+        write_json,
+        write_parquet_input,
+    )
 
     metrics_file()  # before Spark starts: its Python workers inherit the variable
     import pyspark
@@ -39,11 +45,7 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     sizes = [int(s) for s in args.value_sizes.split(",")]
     work = tempfile.mkdtemp(prefix="kafka-sink-main-")
-    section: dict = {
-        "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": machine(), "code": code_version(), "pyspark": pyspark.__version__,
-        "load_average": {"start": load_average()},
-    }
+    section: dict = section_header(argv, pyspark=pyspark.__version__)
     try:
         inputs = {str(size): write_parquet_input(work, args.records, size, args.rows_per_file)
                   for size in sizes}

@@ -361,7 +361,7 @@ def run(args, argv: list[str] | None) -> int:
         write_json,
     )
     from benchmarks.chart import draw_partitions
-    from benchmarks.common import load_average, machine, produce_fixed
+    from benchmarks.common import command_line, load_average, machine, produce_fixed
     from benchmarks.partitions_report import evaluate, parse_counts, table
     from integration_tests.support.brokers import kafka_broker
     from integration_tests.support.peers import peer_environment
@@ -377,7 +377,7 @@ def run(args, argv: list[str] | None) -> int:
     python, env = peer_environment()
     log(f"peers' environment: {python}; partition counts {counts}, {per} records each")
     json_path, results = _existing_results(args.output_dir)
-    command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = command_line(argv)
     load_start = load_average()
     with kafka_broker() as broker, tempfile.TemporaryDirectory(prefix="partitions-") as work:
         bootstrap = broker.bootstrap_servers

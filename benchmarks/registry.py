@@ -408,20 +408,16 @@ def run_section(args, argv: list[str] | None) -> int:
     import sys
 
     from benchmarks.common import (
-        code_version as _code_version,
         existing_results as _existing_results,
         write_json,
     )
-    from benchmarks.common import load_average, machine
+    from benchmarks.common import load_average, section_header
     from integration_tests.support.brokers import kafka_broker
     from connectors.local.schema_registry import schema_registry
 
     json_path, results = _existing_results(args.output_dir)
     started = time.time()
-    section = {"command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None
-                                                             else argv),
-               "machine": machine(), "code": _code_version(),
-               "load_average": {"start": load_average()}}
+    section = section_header(argv)
     given = os.environ.get("SCHEMA_REGISTRY_URL", "").strip()  # as KAFKA_BOOTSTRAP_SERVERS
     registry = contextlib.nullcontext(None) if given else schema_registry()
     with kafka_broker() as broker, registry as own:

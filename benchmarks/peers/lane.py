@@ -174,7 +174,14 @@ def spec_for(args, bootstrap: str, topics: dict[str, str], sections: list[str]) 
 def run(args, argv: list[str] | None) -> int:
     """`python -m benchmarks --peers`: the broker here, the session in the peers' environment."""
     from benchmarks.chart import draw_peers
-    from benchmarks.common import code_version, load_average, machine, produce_fixed, write_json
+    from benchmarks.common import (
+        code_version,
+        command_line,
+        load_average,
+        machine,
+        produce_fixed,
+        write_json,
+    )
     from benchmarks.peers.report import evaluate, parse_sections, section_key, tables
     from integration_tests.support.brokers import kafka_broker
     from integration_tests.support.peers import peer_environment
@@ -192,7 +199,7 @@ def run(args, argv: list[str] | None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "peers.json"
     results = json.loads(json_path.read_text()) if json_path.exists() else {}
-    command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = command_line(argv)
     load_start = load_average()
     with kafka_broker() as broker, tempfile.TemporaryDirectory(prefix="peers-bench-") as work:
         bootstrap = broker.bootstrap_servers
