@@ -168,3 +168,32 @@ def test_a_central_not_reached_is_still_a_reason_to_skip(monkeypatch, tmp_path):
     monkeypatch.setattr(ak, "resolve_with_ivy", unreachable)
     with pytest.raises(ak.KafkaUnavailable, match="Could not transfer"):
         ak.resolve_into_cache(["a:b:1"], tmp_path / "lib", tmp_path / "complete", what="a:b")
+
+
+def test_a_node_that_fails_its_transactional_warm_up_is_stopped_and_says_why(monkeypatch,
+                                                                              tmp_path):
+    """librdkafka's KafkaException (an init_transactions timeout) is no RuntimeError: it left
+    the JVM running and the error without the node's log or its state."""
+    import subprocess
+    import sys
+
+    from confluent_kafka import KafkaException
+
+    def timed_out(self, timeout_s):
+        raise KafkaException("Timed out waiting for operation to finish")
+
+    node = ak.ApacheKafka(ak.LATEST, tmp_path, {"PLAINTEXT": 1})
+    (tmp_path / "server.log").write_text("ERROR the node's own last words\n")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    monkeypatch.setattr(ak.ApacheKafka, "_java", lambda self, *args: sleeper)
+    monkeypatch.setattr(ak, "wait_until_ready", lambda *args, **kwargs: None)
+    monkeypatch.setattr(ak.ApacheKafka, "_wait_for_transactions", timed_out)
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(ak.subprocess, "Popen",
+                        lambda *a, **k: started.append(real_popen(*a, **k)) or started[-1])
+    with pytest.raises(ak.KafkaUnavailable) as e:
+        node.start(timeout_s=1)
+    assert "its JVM still running" in str(e.value) and "Timed out" in str(e.value)
+    assert "the node's own last words" in str(e.value)
+    assert node.process is None and started[0].poll() is not None, "the JVM was left running"
