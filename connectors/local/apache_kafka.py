@@ -457,16 +457,13 @@ class ApacheKafka:
         try:
             wait_until_ready(self.bootstrap_servers, self.process, timeout_s)
             self._wait_for_transactions(timeout_s)
-        except Exception as e:  # noqa: BLE001  (librdkafka's KafkaException too: said below)
-            # Whether the JVM still ran, and its own words: a node that served metadata and then
-            # timed a transactional init out (a restart after SIGKILL, 2026-11-29) said neither.
-            exited = self.process.poll()
+        except Exception as e:  # noqa: BLE001  librdkafka's KafkaException is no RuntimeError
+            exited = self.process.poll()  # whether the JVM still ran, and its own words, below
             state = "still running" if exited is None else f"exited with status {exited}"
             stdout = (self.workdir / "stdout.log").read_text(errors="replace")[-2000:]
             self.stop()
-            raise KafkaUnavailable(f"Apache Kafka {self.generation.version} did not start "
-                                   f"(its JVM {state}): {e}\n{stdout}\n{self.log_tail()}"
-                                   ) from None
+            raise KafkaUnavailable(f"Apache Kafka {self.generation.version} did not start (its "
+                                   f"JVM {state}): {e}\n{stdout}\n{self.log_tail()}") from None
         self.transaction_version = finalized_feature(self.bootstrap_servers,
                                                      "transaction.version")
         log.info("Apache Kafka %s at %s (pid %d, transaction.version %s)",
